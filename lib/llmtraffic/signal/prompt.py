@@ -1,0 +1,206 @@
+"""The OracleTSC prompt and answer parsing (OracleTSC §3.1, Appendix A.4–A.5, Algorithm 2).
+
+The prompt is built from :class:`~llmtraffic.signal.state.IntersectionState` alone, so it works
+for any intersection the environment discovers: phase mnemonics and descriptions come from the
+state's :class:`~llmtraffic.signal.state.Phase` list (Tables 9–10 for the paper's intersections,
+derived from the network for others).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .state import IntersectionState, LaneCounts, Phase
+
+APPROACH_NAMES = {"N": "Northern", "E": "Eastern", "S": "Southern", "W": "Western"}
+TURN_NAMES = {"through": "through", "left": "left-turn", "right": "right-turn", "uturn": "U-turn"}
+# Reading order used in the prompt (A.4 lists northern, southern, eastern, western).
+APPROACH_ORDER = ("N", "S", "E", "W")
+TURN_ORDER = ("uturn", "through", "right", "left")
+
+Exchange = tuple[IntersectionState, int]
+"""A past decision: the state the controller saw and the phase index it chose."""
+
+
+def _phase_by_index(phases: Sequence[Phase], index: int) -> Phase:
+    for phase in phases:
+        if phase.index == index:
+            return phase
+    raise ValueError(f"phase index {index} is not among the phases {[p.index for p in phases]}")
+
+
+def lane_groups(phase: Phase) -> dict[str, tuple[str, ...]]:
+    """Label → incoming lanes a phase serves, one label per approach and turn set (A.5).
+
+    A lane that serves several turns in this phase (e.g. through and right) appears once, under
+    a label naming all its turns, so no vehicle is counted twice.
+    """
+    turns: dict[str, set[str]] = {}
+    approach: dict[str, str] = {}
+    for m in phase.movements:
+        turns.setdefault(m.in_lane, set()).add(m.turn)
+        approach[m.in_lane] = m.approach
+    groups: dict[tuple[int, tuple[int, ...]], tuple[str, list[str]]] = {}
+    for lane in sorted(turns):
+        a = approach[lane]
+        ordered = sorted(turns[lane], key=lambda t: TURN_ORDER.index(t) if t in TURN_ORDER else 99)
+        key = (APPROACH_ORDER.index(a) if a in APPROACH_ORDER else 99,
+               tuple(TURN_ORDER.index(t) if t in TURN_ORDER else 99 for t in ordered))
+        label = f"{APPROACH_NAMES.get(a, a)} {'/'.join(TURN_NAMES.get(t, t) for t in ordered)}"
+        groups.setdefault(key, (label, []))[1].append(lane)
+    return {label: tuple(lanes) for _, (label, lanes) in sorted(groups.items())}
+
+
+def _sum_counts(state: IntersectionState, lanes: Sequence[str]) -> LaneCounts:
+    seen = [state.lanes[lane] for lane in lanes if lane in state.lanes]
+    return LaneCounts(
+        queue=sum(c.queue for c in seen),
+        near=sum(c.near for c in seen),
+        mid=sum(c.mid for c in seen),
+        far=sum(c.far for c in seen),
+    )
+
+
+def phase_text(phase: Phase, state: IntersectionState) -> str:
+    """The textual representation of one phase and its traffic (A.5, Listing 4)."""
+    counts = {label: _sum_counts(state, lanes) for label, lanes in lane_groups(phase).items()}
+    if not counts:
+        return f"Phase: {phase.mnemonic} ({phase.description})\n(no lane information)"
+
+    def segment(field: str) -> str:
+        return ", ".join(f"{label}: {getattr(c, field)}" for label, c in counts.items())
+
+    return "\n".join(
+        [
+            f"Phase: {phase.mnemonic} ({phase.description})",
+            "**Early Queued Vehicles**:",
+            *(f"- {label}: {c.queue}" for label, c in counts.items()),
+            "**Approaching Vehicles**:",
+            f"- Segment 1: {segment('near')}",
+            f"- Segment 2: {segment('mid')}",
+            f"- Segment 3: {segment('far')}",
+        ]
+    )
+
+
+def _intersection_sentence(phases: Sequence[Phase]) -> str:
+    """A.4's geometry sentence, derived from the phases' movements."""
+    lane_turns: dict[str, set[str]] = {}
+    for p in phases:
+        for label in lane_groups(p):
+            a, turn = label.split(" ", 1)
+            lane_turns.setdefault(a, set()).add(turn)
+    if not lane_turns:
+        return f"A traffic light regulates an intersection with {len(phases)} signal phases."
+    names = [APPROACH_NAMES[a] for a in APPROACH_ORDER if APPROACH_NAMES[a] in lane_turns]
+    names += sorted(set(lane_turns) - set(names))
+    n = len(names)
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+    listing = ", ".join(s.lower() for s in names[:-1]) + (", and " if n > 2 else " and ") + names[-1].lower()
+    listing = listing if n > 1 else names[0].lower()
+    kinds = {frozenset(t) for t in lane_turns.values()}
+    if len(kinds) == 1:
+        rank = [TURN_NAMES[t] for t in TURN_ORDER]
+        turns = sorted(next(iter(kinds)), key=lambda t: rank.index(t) if t in rank else 99)
+        lanes = ", ".join(f"one for {t} traffic" for t in turns[:-1])
+        lanes = f"{lanes} and one for {turns[-1]} traffic" if lanes else f"one for {turns[0]} traffic"
+        per = f"each containing {words.get(len(turns), len(turns))} lane groups: {lanes}"
+    else:
+        per = "; ".join(f"the {s.lower()} one with {', '.join(sorted(lane_turns[s]))} lanes" for s in names)
+    return (
+        f"A traffic light regulates a {words.get(n, n)}-section intersection with {listing} "
+        f"sections, {per}. Each lane is further divided into three segments."
+    )
+
+
+def system_prompt(phases: Sequence[Phase], decision_s: int = 10) -> str:
+    """The system prompt of A.4 (Listing 3) for this intersection's phases."""
+    if not phases:
+        raise ValueError("system_prompt: phases is empty")
+    return f"""You are an expert in traffic management. You can use your knowledge of traffic commonsense to solve traffic signal control tasks.
+
+{_intersection_sentence(phases)}
+
+Segment 1 is the closest to the intersection. Segment 2 is in the middle. Segment 3 is the farthest. In a lane, there may be early queued vehicles and approaching vehicles traveling in different segments. Early queued vehicles have arrived at the intersection and await passage permission. Approaching vehicles will arrive at the intersection in the future.
+
+The traffic light has {len(phases)} signal phases. Each signal relieves vehicles' flow in specific lanes. The state of the intersection is listed below. It describes:
+- The group of lanes relieving vehicles' flow under each signal phase.
+- The number of early queued vehicles of the allowed lanes of each signal.
+- The number of approaching vehicles in different segments of the allowed lanes of each signal. The signal phase you choose will persist for {decision_s} seconds.
+
+Please answer: Which is the most effective traffic signal that will most significantly improve the current traffic condition?
+
+Requirements:
+- Let's think step by step.
+- You can only choose one of the signals listed by the user.
+- You must follow the following steps to provide your analysis:
+Step 1: Provide your analysis for identifying the optimal traffic signal.
+Step 2: Answer your chosen signal.
+- Your choice can only be given after finishing the analysis.
+- Your choice must be identified by the tag: <signal>YOUR_CHOICE</signal>."""
+
+
+def state_text(state: IntersectionState) -> str:
+    """Every phase of one state (A.5), preceded by the current phase."""
+    if not state.phases:
+        raise ValueError("state_text: the state has no phases")
+    current = _phase_by_index(state.phases, state.phase)
+    blocks = [phase_text(p, state) for p in state.phases]
+    return f"Current phase: {current.mnemonic}\n\n" + "\n\n".join(blocks)
+
+
+def user_prompt(state: IntersectionState, history: Sequence[Exchange] = ()) -> str:
+    """The user turn: the two most recent states and actions, then the current state (§3.1)."""
+    parts = []
+    recent = list(history)[-2:]
+    for age, (past, action) in zip(range(len(recent), 0, -1), recent):
+        chosen = _phase_by_index(past.phases, action).mnemonic
+        parts.append(f"## State {age} decision(s) ago (t = {past.time_s:g} s)\n{state_text(past)}\n"
+                     f"Chosen signal: <signal>{chosen}</signal>")
+    parts.append(f"## Current state (t = {state.time_s:g} s)\n{state_text(state)}")
+    return "\n\n".join(parts)
+
+
+def messages(state: IntersectionState, history: Sequence[Exchange] = (), decision_s: int = 10) -> list[dict]:
+    """Chat messages (system + user) for a chat template."""
+    return [
+        {"role": "system", "content": system_prompt(state.phases, decision_s)},
+        {"role": "user", "content": user_prompt(state, history)},
+    ]
+
+
+_TAG = re.compile(r"<\s*signal\s*>(.*?)<\s*/\s*signal\s*>", re.IGNORECASE | re.DOTALL)
+
+
+def extract_phase(text: object, phases: Sequence[Phase], default: int = 0) -> int:
+    """Algorithm 2: the phase index an answer selects; never raises on any ``text``.
+
+    1. the last ``<signal>…</signal>`` tag whose content is a valid mnemonic (case and
+       surrounding whitespace ignored);
+    2. else the mnemonic or description mentioned last in the text (case-insensitive;
+       at equal positions the longer match wins, so a description beats a mnemonic it starts with);
+    3. else ``default``.
+
+    ``phases`` and ``default`` are the caller's configuration: an empty list or a default that
+    is not a phase index raise ``ValueError``.
+    """
+    if not phases:
+        raise ValueError("extract_phase: phases is empty")
+    if default not in {p.index for p in phases}:
+        raise ValueError(f"extract_phase: default {default!r} is not a phase index {[p.index for p in phases]}")
+    if not isinstance(text, str) or not text:
+        return default
+    by_mnemonic = {p.mnemonic.strip().upper(): p.index for p in phases}
+    for content in reversed(_TAG.findall(text)):
+        index = by_mnemonic.get(content.strip().upper())
+        if index is not None:
+            return index
+    low = text.lower()
+    best, best_at = None, (-1, 0)
+    for p in phases:
+        for needle in (p.mnemonic.lower(), p.description.lower()):
+            at = (low.rfind(needle), len(needle)) if needle else (-1, 0)
+            if at[0] >= 0 and at > best_at:
+                best, best_at = p.index, at
+    return default if best is None else best
