@@ -1,0 +1,278 @@
+"""Shared-parameter DQN with one shared replay memory (bus seed §3.4).
+
+All agents of a system act through ONE :class:`DQNAgent`: one Q-network, one replay
+memory sampled uniformly, one ε schedule. Every agent's experience therefore trains the
+policy every other agent uses — the knowledge sharing of §3.1/§3.4. The defaults follow the
+authors' published setting (§5.1 and their code): an MLP of five hidden layers of 400 ReLU
+units, Adam 1e-3, γ = 0.95, batch 200, 200 gradient updates after each episode, a replay of
+50,000 transitions that trains only after 600, ε falling linearly from 1 to 0 over 50
+episodes and then fixed at 0.02, 70 episodes, no target network.
+
+Read top to bottom: config → network → replay → agent (act, remember, end_episode) →
+checkpointed training loop.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+
+@dataclass
+class DQNConfig:
+    """Hyperparameters of the shared DQN (bus seed §3.4, §5.1)."""
+
+    hidden: tuple[int, ...] = (400,) * 5
+    """Widths of the hidden ReLU layers of the Q-network."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    gamma: float = 0.95
+    """Discount factor per decision (one decision = one 5-s hold step)."""
+    batch_size: int = 200
+    """Transitions per gradient update, sampled uniformly from the shared replay."""
+    updates_per_episode: int = 200
+    """Gradient updates run by :meth:`DQNAgent.end_episode` (the authors' 'epochs')."""
+    buffer_size: int = 50_000
+    """Replay capacity; the oldest transitions are overwritten first."""
+    learning_starts: int = 600
+    """No update until the replay holds at least this many transitions."""
+    eps_start: float = 1.0
+    """ε in the first episode."""
+    eps_end: float = 0.0
+    """ε the linear schedule would reach at episode ``eps_decay_episodes``."""
+    eps_decay_episodes: int = 50
+    """Episodes of linear decay from ``eps_start`` towards ``eps_end``."""
+    eps_final: float = 0.02
+    """ε from episode ``eps_decay_episodes`` on."""
+    episodes: int = 70
+    """Training episodes run by :func:`train`."""
+    target_network: bool = False
+    """Bootstrap from a periodically synced copy of the network (off in the authors' code)."""
+    target_update_every: int = 200
+    """Gradient updates between target-network syncs (used only with ``target_network``)."""
+    huber: bool = False
+    """Huber (smooth L1) TD loss instead of squared error."""
+    obs_scale: tuple[float, ...] = ()
+    """Divide observations element-wise by these before the network (empty: no scaling).
+    Headways in metres and passenger counts differ by two orders of magnitude."""
+    seed: int = 0
+    """Seeds the network initialisation, ε-greedy draws and replay sampling."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "updates_per_episode", "buffer_size", "episodes",
+                     "eps_decay_episodes", "target_update_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DQNConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_starts < self.batch_size:
+            raise ValueError(f"DQNConfig.learning_starts ({self.learning_starts}) must be >= "
+                             f"batch_size ({self.batch_size})")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"DQNConfig.gamma must lie in [0, 1], got {self.gamma}")
+        self.hidden = tuple(int(h) for h in self.hidden)
+        self.obs_scale = tuple(float(s) for s in self.obs_scale)
+        if any(s <= 0 for s in self.obs_scale):
+            raise ValueError(f"DQNConfig.obs_scale must be positive, got {self.obs_scale}")
+
+
+def epsilon(cfg: DQNConfig, episode: int) -> float:
+    """ε of an episode: linear from eps_start towards eps_end, then eps_final (§5.1)."""
+    if episode < cfg.eps_decay_episodes:
+        return cfg.eps_start + (cfg.eps_end - cfg.eps_start) * episode / cfg.eps_decay_episodes
+    return cfg.eps_final
+
+
+def q_network(obs_dim: int, n_actions: int, hidden: tuple[int, ...], seed: int) -> nn.Sequential:
+    """MLP Q(s, ·) with PyTorch's default uniform(±1/sqrt(fan_in)) init, drawn from a seeded generator."""
+    sizes = (obs_dim, *hidden, n_actions)
+    layers: list[nn.Module] = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
+    net = nn.Sequential(*layers[:-1])  # no ReLU after the output layer
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in net:
+            if isinstance(layer, nn.Linear):
+                bound = 1.0 / np.sqrt(layer.in_features)
+                layer.weight.uniform_(-bound, bound, generator=gen)
+                layer.bias.uniform_(-bound, bound, generator=gen)
+    return net
+
+
+class Replay:
+    """Ring buffer of (s, a, r, s', done), sampled uniformly (§3.4 shared replay memory)."""
+
+    def __init__(self, obs_dim: int, capacity: int):
+        self.capacity = capacity
+        self.obs = np.zeros((capacity, obs_dim), np.float32)
+        self.next_obs = np.zeros((capacity, obs_dim), np.float32)
+        self.actions = np.zeros(capacity, np.int64)
+        self.rewards = np.zeros(capacity, np.float32)
+        self.dones = np.zeros(capacity, np.float32)
+        self.pos = 0
+        self.size = 0
+
+    def add(self, s, a: int, r: float, s2, done: bool) -> None:
+        i = self.pos
+        self.obs[i], self.actions[i], self.rewards[i] = s, a, r
+        self.next_obs[i], self.dones[i] = s2, float(done)
+        self.pos = (i + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample(self, rng: np.random.Generator, n: int) -> tuple[torch.Tensor, ...]:
+        idx = rng.integers(0, self.size, size=n)
+        return tuple(torch.from_numpy(x[idx]) for x in
+                     (self.obs, self.actions, self.rewards, self.next_obs, self.dones))
+
+    def state_dict(self) -> dict:
+        n = self.size  # only the filled part; the rest is zeros
+        arrays = {k: torch.from_numpy(getattr(self, k)[:n].copy())
+                  for k in ("obs", "next_obs", "actions", "rewards", "dones")}
+        return {**arrays, "pos": self.pos, "size": self.size}
+
+    def load_state_dict(self, state: dict) -> None:
+        n = state["size"]
+        for k in ("obs", "next_obs", "actions", "rewards", "dones"):
+            getattr(self, k)[:n] = state[k].numpy()
+        self.pos, self.size = state["pos"], n
+
+
+class DQNAgent:
+    """The one Q-network + replay that every agent of a system shares (§3.4)."""
+
+    def __init__(self, obs_dim: int, n_actions: int, cfg: DQNConfig):
+        if cfg.obs_scale and len(cfg.obs_scale) != obs_dim:
+            raise ValueError(f"DQNConfig.obs_scale has {len(cfg.obs_scale)} values, "
+                             f"observations have {obs_dim}")
+        self.obs_dim, self.n_actions, self.cfg = obs_dim, n_actions, cfg
+        self.net = q_network(obs_dim, n_actions, cfg.hidden, cfg.seed)
+        self.target = q_network(obs_dim, n_actions, cfg.hidden, cfg.seed) if cfg.target_network else None
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=cfg.lr)
+        self.replay = Replay(obs_dim, cfg.buffer_size)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.scale = torch.tensor(cfg.obs_scale or (1.0,) * obs_dim, dtype=torch.float32)
+        self.episode = 0
+        self.updates = 0
+        self.epsilon = epsilon(cfg, 0)
+
+    def _forward(self, net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        return net(obs / self.scale)
+
+    def q_values(self, obs) -> np.ndarray:
+        """Q(s, ·) for one observation (shape (obs_dim,)) or a batch (shape (n, obs_dim))."""
+        x = torch.as_tensor(np.asarray(obs, np.float32))
+        with torch.no_grad():
+            return self._forward(self.net, x).numpy()
+
+    def act(self, obs, explore: bool) -> int:
+        """ε-greedy action when exploring, greedy otherwise."""
+        if explore and self.rng.random() < self.epsilon:
+            return int(self.rng.integers(self.n_actions))
+        return int(np.argmax(self.q_values(obs)))
+
+    def remember(self, s, a: int, r: float, s2, done: bool) -> None:
+        """Store one transition of any agent in the shared replay."""
+        if not 0 <= int(a) < self.n_actions:
+            raise ValueError(f"action {a} outside [0, {self.n_actions})")
+        self.replay.add(s, int(a), float(r), s2, bool(done))
+
+    def _update(self) -> float:
+        s, a, r, s2, done = self.replay.sample(self.rng, self.cfg.batch_size)
+        with torch.no_grad():
+            bootstrap = self._forward(self.target or self.net, s2).max(dim=1).values
+            target = r + self.cfg.gamma * (1.0 - done) * bootstrap
+        q = self._forward(self.net, s).gather(1, a[:, None]).squeeze(1)
+        loss_fn = nn.functional.smooth_l1_loss if self.cfg.huber else nn.functional.mse_loss
+        loss = loss_fn(q, target)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        self.updates += 1
+        if self.target is not None and self.updates % self.cfg.target_update_every == 0:
+            self.target.load_state_dict(self.net.state_dict())
+        return loss.item()
+
+    def end_episode(self) -> dict:
+        """Run the episode's gradient updates (once the replay is warm), then step ε."""
+        losses = []
+        if self.replay.size >= self.cfg.learning_starts:
+            losses = [self._update() for _ in range(self.cfg.updates_per_episode)]
+        self.episode += 1
+        self.epsilon = epsilon(self.cfg, self.episode)
+        return {"loss": float(np.mean(losses)) if losses else float("nan"),
+                "updates": len(losses), "replay": self.replay.size}
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue bit for bit: weights, optimiser, replay, RNG, counters."""
+        return {
+            "config": asdict(self.cfg),
+            "net": self.net.state_dict(),
+            "target": self.target.state_dict() if self.target is not None else None,
+            "optimizer": self.optimizer.state_dict(),
+            "replay": self.replay.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "episode": self.episode,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if tuple(state["config"]["hidden"]) != self.cfg.hidden:
+            raise ValueError(f"checkpoint network hidden={state['config']['hidden']} "
+                             f"does not match this agent's hidden={self.cfg.hidden}")
+        self.net.load_state_dict(state["net"])
+        if self.target is not None and state["target"] is not None:
+            self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.replay.load_state_dict(state["replay"])
+        self.rng.bit_generator.state = state["rng"]
+        self.episode, self.updates = state["episode"], state["updates"]
+        self.epsilon = epsilon(self.cfg, self.episode)
+
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def save_checkpoint(path: Path, agent: DQNAgent, history: list[dict]) -> None:
+    """Write atomically (temp file + rename) so a kill mid-write leaves the last good one."""
+    tmp = path.with_suffix(".tmp")
+    torch.save({"agent": agent.state_dict(), "history": history}, tmp)
+    os.replace(tmp, path)
+
+
+def train(agent: DQNAgent, run_episode: Callable[[DQNAgent, int], dict], cfg: DQNConfig,
+          checkpoint_dir: str | os.PathLike | None = None) -> list[dict]:
+    """Train for ``cfg.episodes`` episodes; resume from ``checkpoint_dir`` if it holds a checkpoint.
+
+    ``run_episode(agent, episode)`` plays one episode — acting with ``agent.act(obs, explore=True)``
+    and storing every agent's transitions with ``agent.remember`` — and returns its statistics
+    (at least ``"return"``). It must seed its environment from ``episode`` so a resumed run
+    replays the same episodes. Returns one dict per episode: the episode's statistics, the ε it
+    was played with, and the update's loss.
+    """
+    history: list[dict] = []
+    ckpt = Path(checkpoint_dir) / CHECKPOINT if checkpoint_dir is not None else None
+    if ckpt is not None:
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        if ckpt.exists():
+            # our own file; it holds numpy RNG state and episode statistics, not only tensors
+            saved = torch.load(ckpt, weights_only=False)
+            agent.load_state_dict(saved["agent"])
+            history = saved["history"]
+    bar = tqdm(range(agent.episode, cfg.episodes), initial=agent.episode, total=cfg.episodes,
+               desc="DQN", leave=False)
+    for episode in bar:
+        eps = agent.epsilon
+        stats = run_episode(agent, episode)
+        if "return" not in stats:
+            raise KeyError("run_episode must return a dict with a 'return' entry")
+        history.append({"episode": episode, "epsilon": eps, **stats, **agent.end_episode()})
+        bar.set_postfix({"return": f"{stats['return']:.1f}", "eps": f"{eps:.2f}"})
+        if ckpt is not None:
+            save_checkpoint(ckpt, agent, history)
+    return history
