@@ -1,0 +1,111 @@
+"""OracleTSC decision rewards: queue reward, hurdle, semantic-entropy bonus (OracleTSC §3.3–3.4).
+
+One decision's reward ``R`` (eq. 14) is what :mod:`llmtraffic.rl.llm_ppo` places on the last
+token of the chosen answer (eq. 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def phase_counts(phases: Sequence[int], n_phases: int) -> np.ndarray:
+    """Algorithm 3: histogram of the phases extracted from the G answers."""
+    bad = [p for p in phases if not 0 <= p < n_phases]
+    if bad:
+        raise ValueError(f"phase_counts: phases {bad} are outside 0..{n_phases - 1}")
+    return np.bincount(np.asarray(phases, dtype=int), minlength=n_phases)
+
+
+def _check(counts: Sequence[float], chosen: int) -> np.ndarray:
+    c = np.asarray(counts, dtype=float)
+    if c.ndim != 1 or c.size == 0:
+        raise ValueError(f"counts must be a non-empty 1-D sequence, got shape {c.shape}")
+    if np.any(c < 0):
+        raise ValueError(f"counts must be non-negative, got {c.tolist()}")
+    if not 0 <= chosen < c.size:
+        raise ValueError(f"chosen phase {chosen} is outside 0..{c.size - 1}")
+    return c
+
+
+def softmax_dse(counts: Sequence[float], chosen: int, tau: float) -> float:
+    """Eqs. 11–12 (before gating): softmax(counts / tau)[chosen].
+
+    ``tau = 0`` is the limit: the argmax indicator, ties split evenly (1/k for each of k tied
+    maxima); ``tau = inf`` is the uniform distribution.
+    """
+    c = _check(counts, chosen)
+    if not tau >= 0:  # also rejects NaN
+        raise ValueError(f"tau must be >= 0, got {tau}")
+    if tau == 0:
+        top = c == c.max()
+        return float(top[chosen] / top.sum())
+    if math.isinf(tau):
+        return 1.0 / c.size
+    z = np.exp((c - c.max()) / tau)  # shifting by the max keeps exp finite for tiny tau
+    return float(z[chosen] / z.sum())
+
+
+def naive_dse(counts: Sequence[float], chosen: int) -> float:
+    """Eq. 13: the empirical frequency of the chosen phase among the G answers."""
+    c = _check(counts, chosen)
+    if c.sum() == 0:
+        raise ValueError("naive_dse: counts are all zero")
+    return float(c[chosen] / c.sum())
+
+
+def queue_difference(prev_queue: float, queue: float) -> float:
+    """Eq. 7: R_env = queue_{t-1} − queue_t (positive when the queue shrinks)."""
+    return float(prev_queue - queue)
+
+
+def negative_queue(prev_queue: float, queue: float) -> float:
+    """Eq. 15 (Appendix A.1): R_q = −queue_t."""
+    return float(-queue)
+
+
+ENV_REWARDS = {"queue_diff": queue_difference, "queue": negative_queue}
+
+
+def oracle_reward(r_env: float, hurdle: float, w_e: float, r_e: float) -> float:
+    """Eq. 14 with eq. 12's gating: R = R_env − H_R + w_E · (r_E if R_env > H_R else 0)."""
+    return float(r_env - hurdle + (w_e * r_e if r_env > hurdle else 0.0))
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Which decision reward to use (the rows of OracleTSC Table 2 and Fig. 8)."""
+
+    env: str = "queue_diff"
+    """``"queue_diff"`` (eq. 7) or ``"queue"`` (eq. 15)."""
+    hurdle: float = 0.0
+    """H_R of eq. 8 (Table 8 lists 2.7–3.7 for the paper's backbones)."""
+    entropy: str = "none"
+    """``"none"``, ``"softmax"`` (eq. 11) or ``"naive"`` (eq. 13)."""
+    tau: float = 0.0
+    """Softmax temperature of eq. 11 (0 = argmax indicator, as in Table 2)."""
+    w_e: float = 1.0
+    """Weight w_E of the entropy term in eq. 14."""
+
+    def __post_init__(self) -> None:
+        if self.env not in ENV_REWARDS:
+            raise ValueError(f"RewardConfig.env must be one of {sorted(ENV_REWARDS)}, got {self.env!r}")
+        if self.entropy not in ("none", "softmax", "naive"):
+            raise ValueError(f"RewardConfig.entropy must be 'none', 'softmax' or 'naive', got {self.entropy!r}")
+        if not self.tau >= 0:
+            raise ValueError(f"RewardConfig.tau must be >= 0, got {self.tau}")
+
+    def __call__(self, prev_queue: float, queue: float, counts: Sequence[float], chosen: int) -> float:
+        """R for one decision from the queues before/after it and the G answers' phase counts."""
+        r_env = ENV_REWARDS[self.env](prev_queue, queue)
+        if self.entropy == "none":
+            r_e = 0.0
+        elif self.entropy == "softmax":
+            r_e = softmax_dse(counts, chosen, self.tau)
+        else:
+            r_e = naive_dse(counts, chosen)
+        return oracle_reward(r_env, self.hurdle, self.w_e, r_e)
