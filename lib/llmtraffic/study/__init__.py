@@ -1,5 +1,23 @@
-"""The study harness: data directory, outputs, provenance, sweeps and the papermill runner."""
+"""The study harness: profiles and parameters, the papermill runner, outputs with provenance,
+the figure gallery, the data directory, sweeps and the artifact cache.
 
+Notebooks use::
+
+    from llmtraffic import study
+    ctx = study.begin("bus_case1", globals())
+    results = study.run_grid(fn, study.grid(seed=seeds, method=methods), executor=executor, jobs=jobs)
+    agent = study.cached("dqn", params, lambda: train(...))
+    study.save_figure(fig, "headway_sd_by_stop", caption="...")
+    study.save_table(df, "table1", paper=paper_values, caption="...")
+"""
+
+from .cache import cached
+from .context import Context, begin, current
+from .executor import grid, run_grid
+from .outputs import save_figure, save_table
 from .paths import DataMissingError, data_dir, data_path, figures_dir, runs_dir
 
-__all__ = ["DataMissingError", "data_dir", "data_path", "figures_dir", "runs_dir"]
+__all__ = [
+    "Context", "DataMissingError", "begin", "cached", "current", "data_dir", "data_path",
+    "figures_dir", "grid", "run_grid", "runs_dir", "save_figure", "save_table",
+]

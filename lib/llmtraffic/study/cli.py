@@ -1,0 +1,75 @@
+"""``python -m llmtraffic.study {list,run,data,gallery}``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import data, gallery, runner
+from .params import DEFAULT_PROFILE, PROFILES, ParamError, load_profile, notebook_parameters, parse_set
+from .paths import ROOT, data_dir
+
+
+def _list(args) -> int:
+    for nb in runner.discover(args.notebooks):
+        declared = notebook_parameters(nb)
+        profiles = [p for p in PROFILES if (args.params / nb.stem / f"{p}.yaml").exists()]
+        print(f"{nb.stem}  (profiles: {', '.join(profiles) or 'defaults only'})")
+        for name, par in declared.items():
+            overrides = {p: load_profile(args.params, nb.stem, p).get(name) for p in profiles}
+            shown = " ".join(f"{p}={v!r}" for p, v in overrides.items() if v is not None)
+            print(f"    {name} = {par.default!r}" + (f"   [{shown}]" if shown else "") + (f"  # {par.help}" if par.help else ""))
+    return 0
+
+
+def _run(args) -> int:
+    try:
+        outcomes = runner.run(
+            args.profile, args.notebooks, args.params, args.only, parse_set(args.set),
+            args.jobs, args.fail_fast, args.fresh, timeout_s=args.timeout,
+        )
+    except ParamError as err:
+        print(f"error: {err}\nNothing was executed.", file=sys.stderr)
+        return 2
+    failed = [o for o in outcomes if not o.ok]
+    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} notebooks succeeded; figures: {gallery.write()}")
+    for o in failed:
+        print(f"FAILED {o.error} (executed notebook: {o.output})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _data(args) -> int:
+    if args.check:
+        problems = data.check()
+        for p in problems:
+            print(p)
+        print("data directory complete" if not problems else f"{len(problems)} problems in {data_dir()}; run `make data`")
+        return 1 if problems else 0
+    placed = data.fetch()
+    print(f"{len(placed)} files downloaded; data directory {data_dir()} is complete")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m llmtraffic.study", description=__doc__)
+    parser.add_argument("--notebooks", type=Path, default=ROOT / "notebooks", help="folder of notebooks")
+    parser.add_argument("--params", type=Path, default=ROOT / "params", help="folder of params/<stem>/<profile>.yaml")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="notebooks, their profiles and parameters")
+    run = sub.add_parser("run", help="execute notebooks with papermill")
+    run.add_argument("--profile", default=DEFAULT_PROFILE, help=f"one of {', '.join(PROFILES)} (default {DEFAULT_PROFILE})")
+    run.add_argument("--only", nargs="+", metavar="GLOB", help="run only notebooks whose stem matches")
+    run.add_argument("--jobs", type=int, default=1, help="notebooks run at once")
+    run.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override a parameter (YAML value)")
+    run.add_argument("--fail-fast", action="store_true", help="stop after the first failing notebook")
+    run.add_argument("--fresh", action="store_true", help="ignore cached artifacts (retrain)")
+    run.add_argument("--timeout", type=float, default=None, help="seconds before a notebook is killed")
+    check = sub.add_parser("data", help="download the public data sets into $LLMTRAFFIC_DATA")
+    check.add_argument("--check", action="store_true", help="only verify presence and checksums")
+    sub.add_parser("gallery", help="regenerate figures/README.md")
+    args = parser.parse_args(argv)
+    if args.command == "gallery":
+        print(gallery.write())
+        return 0
+    return {"list": _list, "run": _run, "data": _data}[args.command](args)

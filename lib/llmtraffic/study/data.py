@@ -1,0 +1,185 @@
+"""`make data`: download the public data sets, verify checksums, place them in the data directory.
+
+The layout matches the copies CI reads (``../shared/data``): ``libsignal/<scenario>/…`` from
+LibSignal and ``busholding/pkl/…`` from the bus-holding authors' repository, both pinned to a
+commit so a checksum can only fail if a download is corrupted or the source was rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.parse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .paths import data_dir
+
+LIBSIGNAL = (
+    "https://raw.githubusercontent.com/DaRL-LibSignal/LibSignal/"
+    "127af9f93902778e556de2eedb2b606c4c9447e6/data/raw_data/"
+)
+BUSHOLDING = (
+    "https://raw.githubusercontent.com/JiajieTSC/LLM-enhanced-RL-for-generic-bus-holding-control/"
+    "3166e956f08123508bd2827988fe29a68520780b/real_world/"
+)
+
+# (path in the data directory, sha256). Source URL follows from the path prefix (see `source_url`).
+FILES: tuple[tuple[str, str], ...] = (
+    ("busholding/pkl/data_case2/board_bystop_per_hour_3436.pkl", "6ee4ae8f16718b78ae01bd8ab3bd8a6d076b626794eb26b85f933549080797e7"),
+    ("busholding/pkl/data_case2/board_bystop_per_hour_3986.pkl", "27ff9e163035a75962dfd6fb5f43f16e665c15579092863a6391113d20f5413a"),
+    ("busholding/pkl/data_case2/destination_percent_3436.pkl", "1a0ea3f3b0054a100c805883721bd47dd07122b45e7ef4735a084c7bc55bcf4d"),
+    ("busholding/pkl/data_case2/destination_percent_3986.pkl", "c4fc1d368dd636e9693e4af7d16f60bddb6432e7c37f074feda02c5086b1b66c"),
+    ("busholding/pkl/data_case2/mid_travel_time_3436.pkl", "ed2158ce1ef9082f9999001dac349883138a3beffe0c6a80a56a8366ea3eff89"),
+    ("busholding/pkl/data_case2/mid_travel_time_3986.pkl", "618ab802151de14234420325897c4e4b4f7f5db41bfeb4345e526b550d58320c"),
+    ("busholding/pkl/data_case2/passenger_info_bystop_3436.pkl", "52a76d18f799c2b02b28dbcafd65b6b6e7695d16befc81db22ea76cb8d29fac2"),
+    ("busholding/pkl/data_case2/passenger_info_bystop_3986.pkl", "8772145d8444fcd51753c91897988d6283df914f4802da1bd5a693acca776a82"),
+    ("busholding/pkl/data_case2/stops_position_direct_distance_3436_1.pkl", "e5543505ccdea3235944a348153bb1b3637c7ec9c2e91b68e4ec830beb4ab5c4"),
+    ("busholding/pkl/data_case2/stops_position_direct_distance_3986_1.pkl", "89cdb21f3452bb51111b43f39057c1906f5fa991f210792da4dc5e81bff6afe8"),
+    ("busholding/pkl/data_case3/data_line_103/board_bystop_per_hour_103.pkl", "bd16676abe9fb37918382d2094def62550d5975cdec18bcb6e5fdb04e0420ec8"),
+    ("busholding/pkl/data_case3/data_line_103/destination_percent_103.pkl", "baef597bb12ff1ddeeaefbdc9aad4f54609cc2720cfb415fdaf51f5c4353875d"),
+    ("busholding/pkl/data_case3/data_line_103/mid_travel_time_103.pkl", "28c3f942b627a3ec9f36c3bbfa79c4bcb5ef3a097b8d28dd90fc9232a8feebe3"),
+    ("busholding/pkl/data_case3/data_line_103/new_line_103_stops_info.pkl", "dfefc7e1e26a1948429885664b0d05c0bdfd3e90cee9d5ee71829f271fe219bc"),
+    ("busholding/pkl/data_case3/data_line_103/passenger_info_bystop_103.pkl", "417b442f06ce991a24d181e130e4d8193e03846e41351f949530bc0d48544ae7"),
+    ("busholding/pkl/data_case3/data_line_103/stops_position_direct_distance_103_0.pkl", "78d77ebddc125450dd274c2af16a564af1db95450ed794087aaa7b6c49dc8cc0"),
+    ("busholding/pkl/data_case3/data_line_111/board_bystop_per_hour_111.pkl", "f97044d6ac48ab6d87532cfe823091ee736cd08082951934722914c59b900c6b"),
+    ("busholding/pkl/data_case3/data_line_111/destination_percent_111.pkl", "fa0573515615a070228a7f98bc124b38dcb32ac7fb4bf1aa2df969673c5cfcbd"),
+    ("busholding/pkl/data_case3/data_line_111/mid_travel_time_111.pkl", "77193df651658ae7e42193df1acbf66dc1d28ae2a3473e59ffaca6b52cc68395"),
+    ("busholding/pkl/data_case3/data_line_111/new_line_111_stops_info.pkl", "b97b13e3114392eaf482c3ed9a291f285ebff40b7acfec9d4d8d1dca054f034f"),
+    ("busholding/pkl/data_case3/data_line_111/passenger_info_bystop_111.pkl", "d6599b8c844eba8eb9c2388d80a4cfdf8b791f3e828e07a1069ac89a3131ed5c"),
+    ("busholding/pkl/data_case3/data_line_111/stops_position_direct_distance_111_0.pkl", "a19ce077620bd0946b66999481e6a1dd693bfc0aa4a965e7a12e5a71c0f3933e"),
+    ("busholding/pkl/data_case3/data_line_14/board_bystop_per_hour_14.pkl", "274e3d0ce3de9fe22bb014487df70e15afc133e191008157316d687804ecd9a2"),
+    ("busholding/pkl/data_case3/data_line_14/destination_percent_14.pkl", "afaaeb92410a891dd78b37b64feb15db4870340dc67302da12bc6df3f591a0f4"),
+    ("busholding/pkl/data_case3/data_line_14/mid_travel_time_14.pkl", "5a7a8354105d0d1e817bbc2bcfabef1d41af16527de234628c6f6a96c5b0a04d"),
+    ("busholding/pkl/data_case3/data_line_14/new_line_14_stops_info.pkl", "6d25effc0759aa4472fbd9bc93afecce57d82f3ab1c7fa9cef1c2f4b05914292"),
+    ("busholding/pkl/data_case3/data_line_14/passenger_info_bystop_14.pkl", "2aa0548a6225e39b0d9a7cce2ac31182f76fb4cca05316ca0d08daa6feda26c6"),
+    ("busholding/pkl/data_case3/data_line_14/stops_position_direct_distance_14_0.pkl", "dc9cdb994b54153961932838b857ae34895f5f73710d8c84ad16ac619be34f8c"),
+    ("busholding/pkl/data_case3/data_line_38/board_bystop_per_hour_38.pkl", "654a7836bd06d1f100639fb015c81f2c41e98188dc15a18370624857d44ae55e"),
+    ("busholding/pkl/data_case3/data_line_38/destination_percent_38.pkl", "a6db8d78664793b2abd161c79bca1e4da84fe9a3557ef4bca2ee1eedf8e6f5ed"),
+    ("busholding/pkl/data_case3/data_line_38/mid_travel_time_38.pkl", "fa318179ec1a863807976950dfbdb802aef7cdec13d1df7c71770ced449e3a4e"),
+    ("busholding/pkl/data_case3/data_line_38/new_line_38_stops_info.pkl", "29b689c564298247a9f802862fa2d7f6aae05b2006b32ef6474996e94891fb6f"),
+    ("busholding/pkl/data_case3/data_line_38/passenger_info_bystop_38.pkl", "bb988347cbada77fb81c25cdb166691d1b9bbc378c9e86db3a1b382fd077e289"),
+    ("busholding/pkl/data_case3/data_line_38/stops_position_direct_distance_38_0.pkl", "4af43e61c4d8dbbc4c5607b6d293cfcbcdad06e97e8860c911b3fdb8686d6c41"),
+    ("busholding/pkl/data_case3/data_line_55/board_bystop_per_hour_55.pkl", "6019fc4c802695699358b4d4f7d430de3915a5e5b91ad8bd7c1c2d0340e29693"),
+    ("busholding/pkl/data_case3/data_line_55/destination_percent_55.pkl", "6b9ef933ca0f1594ebd2fe01bf5b7327b7872a61a08d85a9c5c5ea3c490f6fca"),
+    ("busholding/pkl/data_case3/data_line_55/mid_travel_time_55.pkl", "ce9b029690ec1445c97833fd9b9adca946351a32f9b723f83556b937bf796c22"),
+    ("busholding/pkl/data_case3/data_line_55/new_line_55_stops_info.pkl", "7afee46a32586db9cd2cbb652d0e858db20fad60b9e6cf734a34a55b93649140"),
+    ("busholding/pkl/data_case3/data_line_55/passenger_info_bystop_55.pkl", "07f5c7c8ec9086727ab8feaf3cc4311808f766aeeb1e7f31dd11d18b40b4a45a"),
+    ("busholding/pkl/data_case3/data_line_55/stops_position_direct_distance_55_0.pkl", "4a2680dbf6f013783c0af6a8e2fa3c5564be89601248ffc7d053f11334227c6d"),
+    ("busholding/pkl/data_case3/data_line_68/board_bystop_per_hour_68.pkl", "cfa4b8aaf5854829e2d10437a402c9ec12ee390d347a7db5fa31f9be416884bc"),
+    ("busholding/pkl/data_case3/data_line_68/destination_percent_68.pkl", "36d33ca2ea8f11f5c87249661c4728decae7b09d0d3793a476677c360b892b82"),
+    ("busholding/pkl/data_case3/data_line_68/mid_travel_time_68.pkl", "6aa4831436772cb2ed26838190f8f4ff2754ef811551755ef0e732ba0f103a58"),
+    ("busholding/pkl/data_case3/data_line_68/new_line_68_stops_info.pkl", "1263b1d6111b303f3b807158cb73c8006bb4f5686d8e4431e499200e0acb4cf0"),
+    ("busholding/pkl/data_case3/data_line_68/passenger_info_bystop_68.pkl", "9ef535e6782d3fe0cd54cc1798729855c4eb0329a7e5ba6c2cce5743f082c4af"),
+    ("busholding/pkl/data_case3/data_line_68/stops_position_direct_distance_68_0.pkl", "1f410de313ecd8a69e769d86ab4c004805ca34fc77eca8fb321fa0afc410c936"),
+    ("libsignal/cologne1/Creative Commons Legal Code.pdf", "b4258d0f79b10879d088a603f6559583f5a18c37adec82f7602bef48959e7199"),
+    ("libsignal/cologne1/cologne1.net.xml", "f475b703c7e2e9f39fb2bc7f04fee014b09a09794cb1e40512975f32b7a5b39b"),
+    ("libsignal/cologne1/cologne1.rou.xml", "0a5a3fbe2db7018317ea197689f66af4fc6c8fba3b94dbec0f625c2258c03796"),
+    ("libsignal/cologne1/cologne1.sumocfg", "40b05f5f5331b6127a54beddeb4fa8e986b3f36be29663ed4c9526334a7e541f"),
+    ("libsignal/cologne1/cologne1_flow.json", "b1506e804d12cf7a4db0efb9c36f706c2834c53edc29723806349466776f7423"),
+    ("libsignal/cologne1/cologne1_or.sumocfg", "7c7d811273a71d29a5476a445cf346ead12fc6dbe111ce346226277b3cf65723"),
+    ("libsignal/cologne1/cologne1_roadnet_red.json", "9a1d0efbe755cbc13d2f2ee1598e9f3b7a3f2fe2e075d8f078a04bc25f016c73"),
+    ("libsignal/hangzhou_1x1_bc-tyc_18041610_1h/flow.json", "3894236e5b8bacea47938fe2ca0e4c6a905e1f23e147c4f1a5e89f1ab8be1c08"),
+    ("libsignal/hangzhou_1x1_bc-tyc_18041610_1h/hangzhou_1x1_bc-tyc_18041610_1h.con.xml", "760243706b1ae0498d6f7b0f39c93c20cada4025f7dd45c14a284f75cb65f3d4"),
+    ("libsignal/hangzhou_1x1_bc-tyc_18041610_1h/hangzhou_1x1_bc-tyc_18041610_1h.edg.xml", "348e13f6e8396dd8981093f8a398178923653e9e24975fd748f09e4c6eef973b"),
+    ("libsignal/hangzhou_1x1_bc-tyc_18041610_1h/hangzhou_1x1_bc-tyc_18041610_1h.net.xml", "679acffab386f0fa87aa40ae904f0744e31c1db1be964f381cbacc5a350b3d9f"),
+    ("libsignal/hangzhou_1x1_bc-tyc_18041610_1h/hangzhou_1x1_bc-tyc_18041610_1h.nod.xml", "d16bbc4d2148b452266abcd02312113fa845849394ec5ef36f7d9e7d35ebd44e"),
+    ("libsignal/hangzhou_1x1_bc-tyc_18041610_1h/hangzhou_1x1_bc-tyc_18041610_1h.rou.xml", "2c6e127f157f3302553fdc7e972228b14064146b8c34f7463b24c6653b967276"),
+    ("libsignal/hangzhou_1x1_bc-tyc_18041610_1h/hangzhou_1x1_bc-tyc_18041610_1h.sumocfg", "0b3aa00b5f9dc57c9008d89b7abd139f5ae04c920f0d32ca80372db2cfd19cd0"),
+    ("libsignal/hangzhou_1x1_bc-tyc_18041610_1h/hangzhou_1x1_bc-tyc_18041610_1h.tll.xml", "e8c0a015d91415c2f67f79bacc42ffc6f3fa7e3619ba65b7d41214bac3fd7c38"),
+    ("libsignal/hangzhou_1x1_bc-tyc_18041610_1h/roadnet.json", "6edf9fa0b570ba97a4d2993bc42615d71cc90c07f49766039b003673225be30f"),
+    ("libsignal/hangzhou_1x1_bc-tyc_18041610_1h/signal_plan_template.txt", "1b0aa65adf80945f51d7d49a651945a54e9ddaac040c4c72787943e0595ee674"),
+)
+
+
+@dataclass(frozen=True)
+class DataFile:
+    path: str
+    sha256: str
+
+    @property
+    def url(self) -> str:
+        return source_url(self.path)
+
+
+def source_url(path: str) -> str:
+    """Public source of a data-directory path (pinned commit)."""
+    if path.startswith("libsignal/"):
+        rest = path.removeprefix("libsignal/")
+        return LIBSIGNAL + urllib.parse.quote(rest)
+    if path.startswith("busholding/pkl/"):
+        return BUSHOLDING + urllib.parse.quote(path.removeprefix("busholding/pkl/"))
+    raise ValueError(f"no public source known for data path {path!r}")
+
+
+def manifest() -> list[DataFile]:
+    return [DataFile(p, h) for p, h in FILES]
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class ChecksumError(RuntimeError):
+    """A downloaded file does not have the checksum of the manifest."""
+
+
+def _http_get(url: str) -> bytes:
+    import httpx
+
+    response = httpx.get(url, follow_redirects=True, timeout=60.0)
+    response.raise_for_status()
+    return response.content
+
+
+def fetch(
+    dest: Path | None = None,
+    files: Iterable[DataFile] | None = None,
+    get: Callable[[str], bytes] = _http_get,
+    url_of: Callable[[DataFile], str] = lambda f: f.url,
+    log: Callable[[str], None] = print,
+) -> list[Path]:
+    """Download every missing or corrupted file into ``dest`` (default: the data directory).
+
+    Files already present with the right checksum are kept. A download whose checksum differs
+    raises :class:`ChecksumError` and leaves nothing half-written.
+    """
+    dest = Path(dest or data_dir())
+    placed = []
+    for f in files if files is not None else manifest():
+        target = dest / f.path
+        if target.exists() and sha256(target) == f.sha256:
+            continue
+        log(f"downloading {f.path}")
+        content = get(url_of(f))
+        got = hashlib.sha256(content).hexdigest()
+        if got != f.sha256:
+            raise ChecksumError(
+                f"{f.path}: checksum {got} differs from the manifest's {f.sha256} (source {url_of(f)})"
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+        os.replace(tmp, target)
+        placed.append(target)
+    return placed
+
+
+def check(dest: Path | None = None) -> list[str]:
+    """Problems with the data directory: missing files and checksum mismatches (empty if fine)."""
+    dest = Path(dest or data_dir())
+    problems = []
+    for f in manifest():
+        target = dest / f.path
+        if not target.exists():
+            problems.append(f"missing: {f.path}")
+        elif sha256(target) != f.sha256:
+            problems.append(f"checksum differs: {f.path}")
+    return problems

@@ -1,0 +1,168 @@
+"""Execute notebooks with papermill, after validating every notebook's parameters.
+
+Each notebook runs in its own ``papermill`` process (so ``--jobs N`` can run several at once and
+one notebook's state never leaks into the next) and is written to ``runs/<profile>/<stem>.ipynb``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm.auto import tqdm
+
+from . import gallery
+from .params import ParamError, load_profile, notebook_parameters, validate
+from .paths import ROOT, runs_dir
+
+
+@dataclass
+class Plan:
+    stem: str
+    notebook: Path
+    params: dict[str, Any]
+
+
+@dataclass
+class Outcome:
+    stem: str
+    ok: bool
+    seconds: float
+    output: Path
+    error: str = ""
+    log: list[str] = field(default_factory=list)
+
+
+def discover(notebooks_dir: Path, only: list[str] | None = None) -> list[Path]:
+    """Notebooks in ``notebooks_dir`` (sorted), filtered by glob patterns on their stem."""
+    found = sorted(p for p in Path(notebooks_dir).glob("*.ipynb") if not p.name.startswith("."))
+    if only:
+        found = [p for p in found if any(fnmatch.fnmatch(p.stem, pat) for pat in only)]
+    return found
+
+
+def plan(
+    notebooks: list[Path], profile: str, params_dir: Path, overrides: dict[str, Any] | None = None
+) -> list[Plan]:
+    """Resolve and validate the parameters of every notebook; raises :class:`ParamError` first."""
+    plans = []
+    for nb in notebooks:
+        values = {**load_profile(params_dir, nb.stem, profile), **(overrides or {})}
+        plans.append(Plan(nb.stem, nb, validate(nb.stem, values, notebook_parameters(nb))))
+    return plans
+
+
+def failure_message(stem: str, executed: Path, fallback: str) -> str:
+    """``<stem>: cell N (`first line`) raised Error: message`` from papermill's output notebook."""
+    try:
+        cells = json.loads(executed.read_text())["cells"]
+    except (OSError, json.JSONDecodeError, KeyError):
+        return f"{stem}: {fallback}"
+    code_cells = [c for c in cells if c["cell_type"] == "code"]
+    for number, cell in enumerate(code_cells, 1):
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if errors or cell.get("metadata", {}).get("papermill", {}).get("exception"):
+            source = "".join(cell["source"]).strip().splitlines()
+            first = source[0] if source else ""
+            detail = f"{errors[0]['ename']}: {errors[0]['evalue']}" if errors else fallback
+            return f"{stem}: code cell {number} (`{first[:60]}`) raised {detail}"
+    return f"{stem}: {fallback}"
+
+
+def execute(
+    p: Plan, profile: str, out_dir: Path, echo=None, timeout_s: float | None = None, fresh: bool = False
+) -> Outcome:
+    """Run one notebook with papermill in a subprocess, streaming its log lines to ``echo``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / f"{p.stem}.ipynb"
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        yaml.safe_dump(p.params, fh)
+        params_file = fh.name
+    env = {
+        **os.environ,
+        "LLMTRAFFIC_PROFILE": profile,
+        "LLMTRAFFIC_NOTEBOOK": str(p.notebook.resolve()),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "MPLBACKEND": "Agg",
+        "LLMTRAFFIC_FRESH": "1" if fresh else os.environ.get("LLMTRAFFIC_FRESH", ""),
+    }
+    cmd = [
+        sys.executable, "-m", "papermill", str(p.notebook), str(output), "-f", params_file,
+        "--log-output", "--no-progress-bar", "--cwd", str(p.notebook.parent), "-k", "python3",
+    ]
+    start = time.time()
+    log: list[str] = []
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    timer = threading.Timer(timeout_s, proc.kill) if timeout_s else None
+    if timer:
+        timer.start()
+    try:
+        for line in proc.stdout:
+            line = line.rstrip()
+            log.append(line)
+            if echo and line:
+                echo(f"[{p.stem}] {line}")
+        proc.wait()
+    finally:
+        if timer:
+            timer.cancel()
+        os.unlink(params_file)
+    seconds = time.time() - start
+    if proc.returncode == 0:
+        return Outcome(p.stem, True, seconds, output, log=log)
+    tail = next((line for line in reversed(log) if line.strip()), f"papermill exited with status {proc.returncode}")
+    return Outcome(p.stem, False, seconds, output, failure_message(p.stem, output, tail), log)
+
+
+def run(
+    profile: str,
+    notebooks_dir: Path = ROOT / "notebooks",
+    params_dir: Path = ROOT / "params",
+    only: list[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+    jobs: int = 1,
+    fail_fast: bool = False,
+    fresh: bool = False,
+    quiet: bool = False,
+    timeout_s: float | None = None,
+) -> list[Outcome]:
+    """Validate, then execute the selected notebooks; regenerate the gallery at the end.
+
+    Raises :class:`ParamError` (before anything runs) when any notebook's parameters are wrong.
+    """
+    notebooks = discover(notebooks_dir, only)
+    if only and not notebooks:
+        raise ParamError(f"--only {' '.join(only)} matches no notebook in {notebooks_dir}")
+    plans = plan(notebooks, profile, params_dir, overrides)
+    out_dir = runs_dir() / profile
+    outcomes: list[Outcome] = []
+    bar = tqdm(total=len(plans), desc=f"notebooks ({profile})", unit="nb", disable=quiet or not plans)
+    echo = None if quiet else bar.write
+    stop = threading.Event()
+
+    def one(p: Plan) -> Outcome | None:
+        if stop.is_set():
+            return None
+        outcome = execute(p, profile, out_dir, echo, timeout_s, fresh)
+        bar.update()
+        bar.write(f"{'ok  ' if outcome.ok else 'FAIL'} {p.stem} ({outcome.seconds:.0f} s)" + ("" if outcome.ok else f": {outcome.error}"))
+        if not outcome.ok and fail_fast:
+            stop.set()
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        outcomes = [o for o in pool.map(one, plans) if o is not None]
+    bar.close()
+    gallery.write()
+    return outcomes

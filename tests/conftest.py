@@ -1,0 +1,27 @@
+"""Test-session settings: data from ../shared/data (unless LLMTRAFFIC_DATA says otherwise),
+figures and runs in a temporary folder so tests never touch the committed figures/."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_shared = ROOT.parent / "shared" / "data"
+if not os.environ.get("LLMTRAFFIC_DATA") and _shared.exists():
+    os.environ["LLMTRAFFIC_DATA"] = str(_shared)
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_outputs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("study")
+    old = {k: os.environ.get(k) for k in ("LLMTRAFFIC_FIGURES", "LLMTRAFFIC_RUNS")}
+    os.environ["LLMTRAFFIC_FIGURES"] = str(base / "figures")
+    os.environ["LLMTRAFFIC_RUNS"] = str(base / "runs")
+    yield
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -1,0 +1,46 @@
+import sys
+
+import numpy as np
+import pytest
+
+from llmtraffic.study import grid, run_grid
+
+
+def seeded_job(seed: int, scale: float) -> dict:
+    """A job whose result depends only on its seed and parameters."""
+    rng = np.random.default_rng(seed)
+    return {"seed": seed, "scale": scale, "value": float(rng.normal(size=1000).sum() * scale)}
+
+
+def test_grid_is_the_cartesian_product_in_order():
+    assert grid(seed=[0, 1], scale=[1.0, 2.0]) == [
+        {"seed": 0, "scale": 1.0}, {"seed": 0, "scale": 2.0},
+        {"seed": 1, "scale": 1.0}, {"seed": 1, "scale": 2.0},
+    ]
+
+
+@pytest.mark.slow
+def test_serial_processes_and_ray_give_identical_results():
+    import ray
+    import ray.cloudpickle
+
+    tasks = grid(seed=[3, 1, 4, 1, 5], scale=[1.0, -0.5])
+    serial = run_grid(seeded_job, tasks)
+    assert len({r["value"] for r in serial}) == 8  # seeds really change the result (two repeated tasks)
+    assert run_grid(seeded_job, tasks, executor="processes", jobs=2) == serial
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ray workers cannot import tests/
+    try:
+        assert run_grid(seeded_job, tasks, executor="ray", jobs=2) == serial
+    finally:
+        ray.shutdown()
+
+
+def test_unknown_executor_and_unimportable_function_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown executor 'dask'"):
+        run_grid(seeded_job, [], executor="dask")
+
+    def local(seed):
+        return seed
+
+    with pytest.raises(ValueError, match="needs an importable function"):
+        run_grid(local, [{"seed": 1}], executor="processes", jobs=1)
