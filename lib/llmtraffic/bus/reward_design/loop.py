@@ -1,0 +1,254 @@
+"""The LLM-enhanced reward-design loop (bus seed §4.1, §4.4, §4.5).
+
+initialise (cold start from the initializer, or warm start from an expert reward)
+→ train agents → test on held-out seeds → analyse → modify → train … with the **refiner**
+rejecting a reward whose test travel time is worse than the best so far × (1 + slack) and asking
+the designer for a different one. Stop at the iteration limit, at convergence or at the target.
+
+The loop is independent of who designs: a :class:`Designer` answers with reward code (an LLM
+through the prompts of Appendix A, or the rule-based designer in ``rules.py``), and of how a reward
+is trained and tested: ``evaluate(code, iteration) -> Trial`` is given by the caller. Generated code
+is data until :func:`validate` accepts it; a candidate that fails validation, or whose training
+fails (an exception, a hang killed by the sandbox), is recorded and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+
+@dataclass
+class Trial:
+    """Training and test results of one reward."""
+
+    metrics: dict[str, float]
+    """Test metrics (``travel_time_s``, ``wait_time_s``, ``headway_sd_s``, ``hold_time_s``, …)."""
+    curve: list[float] = field(default_factory=list)
+    """Training return per episode."""
+    transitions: list[dict] = field(default_factory=list)
+    """The last test transitions (state, action, reward, next state) for the analyzer."""
+
+    @property
+    def travel_time(self) -> float:
+        return float(self.metrics["travel_time_s"])
+
+
+@dataclass
+class Reply:
+    """A designer's answer: reward code plus what produced it (kept for the history)."""
+
+    code: str
+    prompt: str = ""
+    response: str = ""
+
+
+class Designer(Protocol):
+    """Writes and revises reward code. Every method returns a :class:`Reply` with the code."""
+
+    name: str
+
+    def initial(self) -> Reply: ...
+
+    def analyze(self, code: str, trial: Trial) -> str: ...
+
+    def modify(self, code: str, trial: Trial, analysis: str | None) -> Reply: ...
+
+    def refine(self, failed_code: str, failed: Trial, best_code: str, best: Trial) -> Reply: ...
+
+    def repair(self, code: str, reason: str) -> Reply: ...
+
+
+@dataclass
+class LoopConfig:
+    """Settings of the loop and of its ablations (§5.2.5)."""
+
+    iterations: int = 10
+    """Rewards trained and tested after the starting one."""
+    slack: float | Sequence[float] = 0.10
+    """Refiner slack (a list gives one value per iteration; the authors used 0.10 in case 1, 0.01 in case 2)."""
+    max_retries: int = 3
+    """Times a reward that fails validation goes back to the designer with the reason."""
+    candidates: int = 1
+    """k rewards per iteration; the best by test travel time goes on."""
+    start: str = "warm"
+    """``warm`` (an expert reward), ``cold`` (the initializer writes the first reward) or ``none``
+    (ablation without initializer: the modifier starts from a holding-penalty-only reward)."""
+    analyzer: bool = True
+    """False: the modifier sees raw test metrics without the analyzer's diagnosis (ablation)."""
+    refiner: bool = True
+    """False: every valid reward is accepted, whatever its test result (ablation)."""
+    target_travel_time_s: float | None = None
+    """Stop once an accepted reward's test travel time is at or below this."""
+    converge_rel: float = 0.0
+    """Stop when the best travel time improved by less than this fraction over ``converge_patience`` iterations (0: never)."""
+    converge_patience: int = 3
+
+    def slack_at(self, iteration: int) -> float:
+        if isinstance(self.slack, (int, float)):
+            return float(self.slack)
+        return float(self.slack[min(iteration, len(self.slack) - 1)])
+
+
+TRIVIAL_REWARD = '''def reward(current_state, action, next_state):
+    # Starting point without an initializer: only a small holding penalty.
+    return -1.0 if action == 1 else 0.0
+'''
+
+
+@dataclass
+class Step:
+    """One row of the loop's history."""
+
+    iteration: int
+    role: str
+    """initial | modify | refine | repair."""
+    code: str
+    ok: bool
+    reason: str = ""
+    prompt: str = ""
+    response: str = ""
+    analysis: str = ""
+    trial: Trial | None = None
+    accepted: bool = False
+
+
+@dataclass
+class Outcome:
+    steps: list[Step]
+    best_code: str
+    best: Trial
+
+    def history(self) -> pd.DataFrame:
+        """One row per candidate: iteration, role, check, accepted, test metrics."""
+        rows = []
+        for s in self.steps:
+            row = {"iteration": s.iteration, "role": s.role, "valid": s.ok, "accepted": s.accepted, "reason": s.reason}
+            if s.trial is not None:
+                row.update(s.trial.metrics)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def run_loop(
+    designer: Designer,
+    evaluate: Callable[[str, int], Trial],
+    validate: Callable[[str], tuple[bool, str]],
+    cfg: LoopConfig,
+    expert_code: str | None = None,
+    progress: bool = True,
+) -> Outcome:
+    """Run the paradigm of §4 and return every step, the best reward and its results.
+
+    ``validate(code) -> (ok, reason)`` checks code before any training; ``evaluate(code, i)``
+    trains agents on the reward and tests them (the caller runs generated code sandboxed).
+    """
+    steps: list[Step] = []
+
+    def obtain(reply: Reply, iteration: int, role: str) -> Step | None:
+        """Validate, send failures back with their reason, then train and test."""
+        for attempt in range(cfg.max_retries + 1):
+            ok, reason = validate(reply.code)
+            step = Step(iteration, role if attempt == 0 else "repair", reply.code, ok, reason, reply.prompt, reply.response)
+            steps.append(step)
+            if ok:
+                try:
+                    step.trial = evaluate(reply.code, iteration)
+                    if not math.isfinite(step.trial.travel_time):
+                        raise ValueError(f"test travel time is {step.trial.travel_time}")
+                    return step
+                except Exception as err:  # generated code may fail in ways validation cannot see
+                    step.ok = False
+                    step.reason = f"training or testing failed: {type(err).__name__}: {err}"
+                    step.response += "\n" + traceback.format_exc(limit=3)
+            if attempt < cfg.max_retries:
+                reply = designer.repair(reply.code, step.reason)
+        return None
+
+    def candidates(make: Callable[[], Reply], iteration: int, role: str) -> Step | None:
+        found = [s for s in (obtain(make(), iteration, role) for _ in range(cfg.candidates)) if s is not None]
+        return min(found, key=lambda s: s.trial.travel_time) if found else None
+
+    if cfg.start == "warm":
+        if expert_code is None:
+            raise ValueError("start='warm' needs expert_code (an expert reward to start from)")
+        first = lambda: Reply(expert_code)  # noqa: E731
+    elif cfg.start == "cold":
+        first = designer.initial
+    elif cfg.start == "none":
+        first = lambda: Reply(TRIVIAL_REWARD)  # noqa: E731
+    else:
+        raise ValueError(f"start must be 'warm', 'cold' or 'none', got {cfg.start!r}")
+
+    current = candidates(first, 0, "initial")
+    if current is None:
+        raise RuntimeError(f"no valid starting reward after {cfg.max_retries} repairs: {steps[-1].reason}")
+    current.accepted = True
+    best = current
+    best_by_iteration = [best.trial.travel_time]
+    rejected: Step | None = None
+    bar = tqdm(range(1, cfg.iterations + 1), desc=f"reward design ({designer.name})", disable=not progress)
+    for i in bar:
+        if rejected is not None:
+            make = lambda r=rejected: designer.refine(r.code, r.trial, best.code, best.trial)  # noqa: E731
+            role = "refine"
+        else:
+            analysis = designer.analyze(current.code, current.trial) if cfg.analyzer else None
+            current.analysis = analysis or ""
+            make = lambda c=current, a=analysis: designer.modify(c.code, c.trial, a)  # noqa: E731
+            role = "modify"
+        step = candidates(make, i, role)
+        rejected = None
+        if step is not None:
+            threshold = best.trial.travel_time * (1 + cfg.slack_at(i))
+            if cfg.refiner and step.trial.travel_time > threshold:
+                step.reason = f"refiner: travel time {step.trial.travel_time:.1f} s > best {best.trial.travel_time:.1f} s × (1 + {cfg.slack_at(i):g})"
+                rejected = step
+            else:
+                step.accepted = True
+                current = step
+                if step.trial.travel_time < best.trial.travel_time:
+                    best = step
+        best_by_iteration.append(best.trial.travel_time)
+        bar.set_postfix(best_tt=f"{best.trial.travel_time:.1f}")
+        if cfg.target_travel_time_s is not None and best.trial.travel_time <= cfg.target_travel_time_s:
+            break
+        if cfg.converge_rel > 0 and len(best_by_iteration) > cfg.converge_patience:
+            old = best_by_iteration[-1 - cfg.converge_patience]
+            if (old - best_by_iteration[-1]) / old < cfg.converge_rel:
+                break
+    bar.close()
+    return Outcome(steps, best.code, best.trial)
+
+
+def plot_history(outcome: Outcome, ax=None, label: str | None = None):
+    """Test travel time per iteration: accepted candidates as dots, rejected ones as crosses."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.gca()
+    df = outcome.history()
+    df = df[df["valid"] & df["travel_time_s"].notna()] if "travel_time_s" in df else df.iloc[0:0]
+    acc, rej = df[df["accepted"]], df[~df["accepted"]]
+    line = ax.plot(acc["iteration"], acc["travel_time_s"], "o-", label=label or "accepted")[0]
+    ax.plot(rej["iteration"], rej["travel_time_s"], "x", color=line.get_color(), markersize=8,
+            label=f"{label} rejected" if label else "rejected by the refiner")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("test average travel time (s)")
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def summary(outcome: Outcome) -> dict[str, Any]:
+    df = outcome.history()
+    return {
+        "candidates": len(df),
+        "invalid": int((~df["valid"]).sum()),
+        "rejected_by_refiner": int((df["valid"] & ~df["accepted"]).sum()),
+        "best_travel_time_s": outcome.best.travel_time,
+    }
