@@ -30,3 +30,49 @@ def test_pso_respects_bounds_and_is_seeded():
     assert a.history == b.history
     with pytest.raises(ValueError, match="lower <= upper"):
         pso(f, [5], [1], PSOConfig())
+
+
+# ---------------------------------------------------------------- static plans on case 1
+
+from llmtraffic.bus import scenarios, simulate  # noqa: E402
+from llmtraffic.bus.optimize import OBJECTIVES, PlanConfig, StaticPlan, optimise_plan, plan_waits  # noqa: E402
+
+SEEDS = (101, 102, 103)
+SWARM = dict(particles=6, iterations=4, seed=0)
+
+
+@pytest.fixture(scope="module")
+def case1():
+    return scenarios.case1()
+
+
+@pytest.fixture(scope="module")
+def plans(case1):
+    return {kind: optimise_plan(case1, PlanConfig(kind=kind, scenario_seeds=SEEDS, horizon_s=3600, pso=SWARM))
+            for kind in ("stochastic", "robust")}
+
+
+def test_static_plan_holds_each_stop_its_time(case1):
+    hold = np.array([0, 10, 0, 0, 0, 0, 0, 0], float)
+    res = simulate(case1, StaticPlan(case1, hold), seed=1, horizon_s=3600)
+    held = res.trajectories.groupby("stop")["hold_s"].max()
+    assert held[1] == pytest.approx(10.0) and held.drop(1).max() == 0.0
+    with pytest.raises(ValueError, match="one time per control stop"):
+        StaticPlan(case1, [1.0, 2.0])
+    with pytest.raises(ValueError, match=r"\[0, 90"):
+        StaticPlan(case1, np.full(8, 120.0))
+
+
+def test_robust_objective_is_never_below_stochastic(case1, plans):
+    for plan, res in plans.values():
+        waits = plan_waits(case1, list(plan.hold_s.values()), SEEDS, 3600)
+        assert OBJECTIVES["robust"](waits) >= OBJECTIVES["stochastic"](waits)
+    assert plans["robust"][1].value >= plans["stochastic"][1].value
+
+
+def test_optimised_plans_are_no_worse_than_no_holding(case1, plans):
+    zero = plan_waits(case1, np.zeros(8), SEEDS, 3600)
+    assert plans["stochastic"][1].value <= zero.mean()
+    assert plans["robust"][1].value <= zero.max()
+    with pytest.raises(ValueError, match="kind must be one of"):
+        PlanConfig(kind="average")
