@@ -346,6 +346,8 @@ class Episode:
         env = self.env
         while not self.pending:
             if env.peek() > self.horizon_s:
+                if env.now < self.horizon_s:  # let the clock reach the horizon (final states)
+                    env.run(until=self.horizon_s)
                 return None
             env.step()
         return self.pending[0]
@@ -378,7 +380,7 @@ class Episode:
         ofwd = obwd = 0.0
         if node in self.scenario.shared_nodes:
             ofwd, obwd = self._other_line_gaps(bus.line, node, now)
-        held = now - bus.hold_start if bus.hold_start is not None else 0.0
+        held = _held(bus, now)
         if self.scenario.state_dim == 3:
             return np.array([fwd, bwd, float(bus.n_onboard)])
         return np.array([fwd, bwd, ofwd, obwd, float(bus.n_onboard), held])
@@ -410,7 +412,7 @@ class Episode:
             "forward_time_headway_s": self._forward_time_headway(bus, now),
             "backward_time_headway_s": self._backward_time_headway(bus, decision.stop, now),
             "onboard": bus.n_onboard,
-            "held_s": now - bus.hold_start if bus.hold_start is not None else 0.0,
+            "held_s": _held(bus, now),
         }
 
     def _forward_time_headway(self, bus: Bus, now: float) -> float:
@@ -458,6 +460,12 @@ _COLUMNS = (
     "line", "bus", "stop", "position_m", "arrival_s", "departure_s", "hold_s",
     "boarded", "alighted", "onboard", "initial",
 )
+
+
+def _held(bus: Bus, now: float) -> float:
+    """Seconds the bus has been held so far (0 when not held), to the microsecond so that
+    5-s steps add up exactly."""
+    return 0.0 if bus.hold_start is None else round(now - bus.hold_start, 6)
 
 
 def _nearest(ln: Line, buses: list[Bus], at: float, now: float, skip: Bus | None = None) -> tuple[float, float]:
