@@ -1,0 +1,94 @@
+"""Cassettes: record with a live backend, replay offline bit for bit, clear misses."""
+
+import json
+
+import pytest
+
+from llmtraffic import llm
+
+ASK = [{"role": "system", "content": "\nYou design rewards.\nBe brief."}, {"role": "user", "content": "Go."}]
+
+
+def record(chat_server, openai_cfg, path):
+    """Three requests, two of them identical, recorded into `path`; returns the answers."""
+    chat_server.script = [
+        (200, chat_server.completion("r1", "r2", prompt_tokens=20, completion_tokens=9), 0),
+        (200, chat_server.completion("again", prompt_tokens=20, completion_tokens=4), 0),
+        (200, chat_server.completion("cold", prompt_tokens=30, completion_tokens=2), 0),
+    ]
+    model = llm.from_config(openai_cfg | {"cache": {"path": str(path), "mode": "record"}})
+    answers = [
+        model.complete(ASK, n=2, temperature=0.7),
+        model.complete(ASK, temperature=0.7),
+        model.complete(ASK, temperature=0.7),  # identical request: the next recorded occurrence
+        model.complete(ASK, temperature=0.0),
+    ]
+    return answers, model.usage()
+
+
+def test_replay_gives_the_recorded_answers_without_the_server(chat_server, openai_cfg, tmp_path):
+    path = tmp_path / "cassette.jsonl"
+    answers, recorded = record(chat_server, openai_cfg, path)
+    assert answers == [["r1", "r2"], ["again"], ["cold"], ["cold"]]
+    assert recorded.live_calls == 4 and recorded.total_tokens == 20 + 9 + 20 + 4 + 30 + 2 + 30 + 2
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(e["occurrence"], e["texts"]) for e in lines] == [(0, ["r1", "r2"]), (0, ["again"]), (1, ["cold"]), (0, ["cold"])]
+    assert all(e["latency_s"] > 0 and e["model"] == "test-model" for e in lines)
+    chat_server.close()
+
+    same_config = llm.from_config(openai_cfg | {"cache": {"path": str(path), "mode": "replay"}})
+    cassette_only = llm.from_config({"backend": "replay", "cassette": str(path)})
+    for model in (same_config, cassette_only):
+        replayed = [
+            model.complete(ASK, n=2, temperature=0.7),
+            model.complete(ASK, temperature=0.7),
+            model.complete(ASK, temperature=0.7),
+            model.complete(ASK, temperature=0),
+        ]
+        assert replayed == answers
+        usage = model.usage()
+        assert (usage.calls, usage.live_calls, usage.total_tokens) == (4, 0, recorded.total_tokens)
+        assert usage.latency_s == pytest.approx(recorded.latency_s)
+
+
+def test_record_mode_reuses_what_the_cassette_holds(chat_server, openai_cfg, tmp_path):
+    path = tmp_path / "cassette.jsonl"
+    record(chat_server, openai_cfg, path)
+    served = len(chat_server.requests)
+    model = llm.from_config(openai_cfg | {"cache": {"path": str(path), "mode": "record"}})
+    assert model.complete(ASK, n=2, temperature=0.7) == ["r1", "r2"]
+    assert len(chat_server.requests) == served
+
+
+def test_replay_miss_names_the_hash_and_first_prompt_line(chat_server, openai_cfg, tmp_path):
+    path = tmp_path / "cassette.jsonl"
+    record(chat_server, openai_cfg, path)
+    model = llm.from_config({"backend": "replay", "cassette": str(path)})
+    params = {"n": 1, "temperature": 0.7, "max_tokens": 99, "seed": None}
+    key = llm.request_key("openai", "test-model", ASK, params)
+    with pytest.raises(llm.CassetteMiss, match=rf"request {key} \(occurrence 0\).*'You design rewards.'"):
+        model.complete(ASK, temperature=0.7, max_tokens=99)
+    # a third identical request was never recorded: the miss names its occurrence
+    model.complete(ASK, temperature=0.7)
+    model.complete(ASK, temperature=0.7)
+    with pytest.raises(llm.CassetteMiss, match=r"\(occurrence 2\)"):
+        model.complete(ASK, temperature=0.7)
+
+
+def test_replay_backend_needs_an_unambiguous_existing_cassette(tmp_path):
+    with pytest.raises(FileNotFoundError, match="cassette .*nothing.jsonl does not exist"):
+        llm.from_config({"backend": "replay", "cassette": str(tmp_path / "nothing.jsonl")})
+    path = tmp_path / "two.jsonl"
+    entry = {"key": "k", "occurrence": 0, "backend": "openai", "texts": ["x"],
+             "prompt_tokens": 1, "completion_tokens": 1, "latency_s": 0.1}
+    path.write_text("\n".join(json.dumps(entry | {"model": m, "key": m}) for m in ("a", "b")))
+    with pytest.raises(ValueError, match=r"pairs \[\('openai', 'a'\), \('openai', 'b'\)\]"):
+        llm.from_config({"backend": "replay", "cassette": str(path)})
+    assert llm.from_config({"backend": "replay", "cassette": str(path), "model": "b"}).backend.model == "b"
+
+
+def test_malformed_cassette_line_is_named(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"key": "k", "occurrence": 0}\n{"texts": ["no key"]}\n')
+    with pytest.raises(ValueError, match="bad.jsonl line 2 is not a cassette entry"):
+        llm.Cassette(path)

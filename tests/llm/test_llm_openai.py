@@ -1,0 +1,120 @@
+"""The `openai` backend against a real chat-completions server on loopback."""
+
+import pytest
+
+from llmtraffic import llm
+
+HELLO = [{"role": "system", "content": "You control buses."}, {"role": "user", "content": "Hold?"}]
+
+
+def test_429_then_200_is_retried_and_sends_the_request(chat_server, openai_cfg):
+    chat_server.script = [(429, {"error": "slow down"}, 0), (200, chat_server.completion("hold 30"), 0)]
+    model = llm.from_config(openai_cfg)
+    assert model.complete(HELLO, temperature=0.5, max_tokens=64, seed=3) == ["hold 30"]
+    assert len(chat_server.requests) == 2
+    sent = chat_server.requests[1]
+    assert sent["path"] == "/v1/chat/completions"
+    assert sent["headers"]["Authorization"] == "Bearer sk-test"
+    assert sent["body"] == {
+        "model": "test-model", "messages": HELLO, "n": 1, "temperature": 0.5, "max_tokens": 64, "seed": 3,
+    }
+    usage = model.usage()
+    assert (usage.calls, usage.live_calls, usage.prompt_tokens, usage.completion_tokens) == (1, 1, 11, 5)
+
+
+def test_5xx_until_retries_run_out_names_the_status(chat_server, openai_cfg):
+    chat_server.script = [(503, "overloaded", 0)]
+    with pytest.raises(llm.LLMError, match="HTTP 503 after 3 attempts: overloaded"):
+        llm.from_config(openai_cfg).complete(HELLO)
+    assert len(chat_server.requests) == 3  # first try + max_retries=2
+
+
+def test_timeout_is_retried(chat_server, openai_cfg):
+    chat_server.script = [(200, chat_server.completion("late"), 1.0), (200, chat_server.completion("fast"), 0)]
+    answer = llm.from_config(openai_cfg | {"timeout_s": 0.2}).complete(HELLO)
+    assert answer == ["fast"]
+    assert len(chat_server.requests) == 2
+
+
+def test_timeouts_until_retries_run_out_name_the_timeout(chat_server, openai_cfg):
+    chat_server.script = [(200, chat_server.completion("late"), 0.6)]
+    with pytest.raises(llm.LLMError, match=r"ReadTimeout .* after 3 attempts \(timeout_s=0.2\)"):
+        llm.from_config(openai_cfg | {"timeout_s": 0.2}).complete(HELLO)
+
+
+def test_connection_refused_is_retried_then_reported(chat_server, openai_cfg):
+    url = chat_server.url
+    chat_server.close()
+    with pytest.raises(llm.LLMError, match="ConnectError .* after 3 attempts"):
+        llm.from_config(openai_cfg | {"base_url": url}).complete(HELLO)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("<html>gateway</html>", "not JSON: '<html>gateway</html>'"),
+        ({"object": "chat.completion"}, "no 'choices' list"),
+        ({"choices": [{"message": {"role": "assistant"}}]}, r"choices\[0\].message.content is not a string"),
+        ("[1, 2]", "JSON that is not an object"),
+    ],
+)
+def test_malformed_body_is_a_clear_error_without_retry(chat_server, openai_cfg, body, message):
+    chat_server.script = [(200, body, 0)]
+    with pytest.raises(llm.LLMResponseError, match=message):
+        llm.from_config(openai_cfg).complete(HELLO)
+    assert len(chat_server.requests) == 1
+
+
+def test_401_names_the_key_variable_without_retry(chat_server, openai_cfg):
+    chat_server.script = [(401, {"error": {"message": "Incorrect API key"}}, 0)]
+    with pytest.raises(llm.LLMAuthError, match="check the variable LLMTRAFFIC_TEST_KEY .*Incorrect API key"):
+        llm.from_config(openai_cfg).complete(HELLO)
+    assert len(chat_server.requests) == 1
+
+
+def test_404_names_model_and_url(chat_server, openai_cfg):
+    chat_server.script = [(404, {"error": "model not found"}, 0)]
+    with pytest.raises(llm.LLMNotFoundError, match="model 'test-model' not found"):
+        llm.from_config(openai_cfg).complete(HELLO)
+
+
+def test_missing_key_variable_fails_before_any_request(chat_server, openai_cfg, monkeypatch):
+    monkeypatch.delenv("LLMTRAFFIC_TEST_KEY")
+    with pytest.raises(llm.LLMAuthError, match="LLMTRAFFIC_TEST_KEY"):
+        llm.from_config(openai_cfg).complete(HELLO)
+    assert chat_server.requests == []
+
+
+def test_server_ignoring_n_is_asked_for_the_rest_with_new_seeds(chat_server, openai_cfg):
+    chat_server.script = [(200, chat_server.completion(t), 0) for t in ("a", "b", "c")]
+    assert llm.from_config(openai_cfg).complete(HELLO, n=3, seed=7) == ["a", "b", "c"]
+    assert [(r["body"]["n"], r["body"]["seed"]) for r in chat_server.requests] == [(3, 7), (2, 8), (1, 9)]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"base_url": None, "backend": "openai"}, "base_url"),
+        ({"temprature": 0.1}, r"unknown keys \['temprature'\]"),
+        ({"backend": "claude"}, "llm.backend must be openai, hf or replay, got 'claude'"),
+        ({"cache": {"path": "x.jsonl", "mode": "sometimes"}}, "cache.mode must be record, replay or off"),
+    ],
+)
+def test_bad_config_names_the_field(openai_cfg, change, message):
+    cfg = {k: v for k, v in (openai_cfg | change).items() if v is not None}
+    with pytest.raises(ValueError, match=message):
+        llm.from_config(cfg)
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        ([], "non-empty list"),
+        ([{"role": "robot", "content": "x"}], r"messages\[0\].role must be one of"),
+        ([{"role": "user", "content": "x"}, {"role": "user"}], r"messages\[1\] must be a dict with keys"),
+        ([{"role": "user", "content": 3}], r"messages\[0\].content must be a string"),
+    ],
+)
+def test_bad_messages_name_the_message(openai_cfg, messages, message):
+    with pytest.raises(ValueError, match=message):
+        llm.from_config(openai_cfg).complete(messages)
