@@ -164,6 +164,7 @@ class Episode:
         self.env = simpy.Environment()
         self.pending: deque[Decision] = deque()
         self.buses: list[list[Bus]] = []
+        self.routes = [_Route(ln) for ln in scenario.lines]
         self.next_dispatch: list[float] = []
         self._log: dict[str, list] = {c: [] for c in _COLUMNS}
         self._last_visit: dict[tuple[int, int], int] = {}
@@ -176,7 +177,7 @@ class Episode:
         """Queues per (line, node): passengers group by origin and by the set of lines that
         serve their origin and, later, their destination (a loop serves every pair)."""
         sc, pax = self.scenario, self.pax
-        order = {k: {v: i for i, v in enumerate(ln.nodes)} for k, ln in enumerate(sc.lines)}
+        order = [{v: i for i, v in enumerate(ln.nodes)} for ln in sc.lines]
 
         def serving(o: int, d: int) -> tuple[int, ...]:
             return tuple(
@@ -184,17 +185,20 @@ class Episode:
                 if o in order[k] and d in order[k] and (ln.is_loop or order[k][o] < order[k][d])
             )
 
-        groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
-        keys: dict[tuple[int, int], tuple[int, ...]] = {}
-        for pid, (o, d) in enumerate(zip(pax.origin.tolist(), pax.destination.tolist())):
-            if (o, d) not in keys:
-                keys[(o, d)] = serving(o, d)
-            groups.setdefault((o, keys[(o, d)]), []).append(pid)
+        n_nodes = len(sc.stop_names)
+        pairs, pair_of = np.unique(pax.origin * n_nodes + pax.destination, return_inverse=True)
+        group_ids: dict[tuple[int, tuple[int, ...]], int] = {}
+        group_of_pair = np.array(
+            [group_ids.setdefault((p // n_nodes, serving(p // n_nodes, p % n_nodes)), len(group_ids)) for p in pairs.tolist()],
+            dtype=np.int64,
+        )
+        group = group_of_pair[pair_of] if pairs.size else np.zeros(0, np.int64)
+        ids = np.lexsort((pax.arrival_s, group))
+        bounds = np.searchsorted(group[ids], np.arange(len(group_ids) + 1))
         queues: dict[tuple[int, int], list[_Queue]] = {}
-        for (node, lines), pids in groups.items():
-            ids = np.asarray(pids)
-            ids = ids[np.argsort(pax.arrival_s[ids], kind="stable")]
-            q = _Queue(pax.arrival_s[ids].tolist(), ids)
+        for (node, lines), g in group_ids.items():
+            members = ids[bounds[g]:bounds[g + 1]]
+            q = _Queue(pax.arrival_s[members].tolist(), members)
             for k in lines:
                 queues.setdefault((k, node), []).append(q)
         return queues
@@ -288,12 +292,17 @@ class Episode:
         bus.visit = len(log["line"])
         bus.leader = self._last_visit.get((bus.line, stop))
         self._last_visit[(bus.line, stop)] = bus.visit
-        for col, value in (
-            ("line", bus.ln.name), ("bus", bus.name), ("stop", stop), ("position_m", bus.ln.positions_m[stop]),
-            ("arrival_s", now), ("departure_s", math.nan), ("hold_s", 0.0), ("boarded", n_board),
-            ("alighted", n_alight), ("onboard", bus.n_onboard), ("initial", initial),
-        ):
-            log[col].append(value)
+        log["line"].append(bus.ln.name)
+        log["bus"].append(bus.name)
+        log["stop"].append(stop)
+        log["position_m"].append(bus.ln.positions_m[stop])
+        log["arrival_s"].append(now)
+        log["departure_s"].append(math.nan)
+        log["hold_s"].append(0.0)
+        log["boarded"].append(n_board)
+        log["alighted"].append(n_alight)
+        log["onboard"].append(bus.n_onboard)
+        log["initial"].append(initial)
         return max(sc.board_s * n_board, sc.alight_s * n_alight, sc.min_dwell_s)
 
     def _board(self, line: int, node: int, now: float, room: float) -> list[np.ndarray]:
@@ -422,22 +431,15 @@ class Episode:
         return 0.0 if math.isnan(dep) else now - dep
 
     def _backward_time_headway(self, bus: Bus, stop: int, now: float) -> float:
-        """Nominal (median link times, no dwell) time for the closest follower to get here."""
+        """Nominal time (median link times, no dwell) for the closest follower to get here; on an
+        open line with no follower on the road, the next dispatch plus its nominal run."""
         ln, me = bus.ln, bus.odometer(now)
-        best = math.inf
-        for other in self.buses[bus.line]:
-            if other is bus or not other.in_service:
-                continue
-            gap = me - other.odometer(now)
-            if ln.is_loop:
-                gap %= ln.loop_m
-            if gap >= 0:
-                best = min(best, _nominal_time(ln, me) - _nominal_time(ln, me - gap))
-        if best == math.inf:
-            later = [t for t in self.next_dispatch[bus.line] if t > now]
-            if later and not ln.is_loop:
-                best = later[0] - now + _nominal_time(ln, me)
-        return math.nan if best == math.inf else best
+        route = self.routes[bus.line]
+        _, behind = _nearest(ln, self.buses[bus.line], me, now, skip=bus)
+        if behind < math.inf:
+            return route.time_at(me) - route.time_at(me - behind)
+        later = [t for t in self.next_dispatch[bus.line] if t > now]
+        return later[0] - now + route.time_at(me) if later and not ln.is_loop else math.nan
 
     # ------------------------------------------------------------------ results
 
@@ -490,16 +492,24 @@ def _or_zero(*gaps: float) -> tuple[float, ...]:
     return tuple(0.0 if g == math.inf else g for g in gaps)
 
 
-def _nominal_time(ln: Line, odometer: float) -> float:
-    """Median travel time from the line's origin to an odometer reading (laps included)."""
-    cum = np.concatenate([[0.0], np.cumsum(ln.link_s)])
-    if not ln.is_loop:
-        return float(np.interp(odometer, ln.positions_m, cum))
-    lap, x = divmod(odometer, ln.loop_m)
-    pos = np.array(ln.positions_m + (ln.positions_m[0] + ln.loop_m,))
-    if x < pos[0]:
-        x, lap = x + ln.loop_m, lap - 1
-    return float(lap * cum[-1] + np.interp(x, pos, cum))
+class _Route:
+    """Nominal (median) travel time from a line's origin to any odometer reading."""
+
+    def __init__(self, ln: Line):
+        self.loop_m = ln.loop_m
+        self.pos = list(ln.positions_m) + ([ln.positions_m[0] + ln.loop_m] if ln.is_loop else [])
+        self.cum = [0.0, *np.cumsum(ln.link_s).tolist()]
+
+    def time_at(self, odometer: float) -> float:
+        lap = 0.0
+        x = odometer
+        if self.loop_m is not None:
+            lap, x = divmod(odometer, self.loop_m)
+            if x < self.pos[0]:  # between the dispatch point and the first stop: end of the last link
+                x, lap = x + self.loop_m, lap - 1
+        i = min(max(bisect.bisect_right(self.pos, x) - 1, 0), len(self.pos) - 2)
+        frac = (x - self.pos[i]) / (self.pos[i + 1] - self.pos[i])
+        return lap * self.cum[-1] + self.cum[i] + frac * (self.cum[i + 1] - self.cum[i])
 
 
 def simulate(scenario: Scenario, controller=None, seed: int = 0, horizon_s: float | None = None) -> EpisodeResult:
