@@ -1,0 +1,453 @@
+"""PPO for a causal language-model policy with LoRA adapters (OracleTSC §3.2, A.2, eq. 16, Alg. 1).
+
+Read top to bottom:
+
+1. ``PPOConfig``: every hyperparameter (Table 8 / A.2 defaults).
+2. Math on token tensors: K3 KL, token rewards (eq. 1), GAE (eqs. 3–4), the clipped
+   surrogate (eqs. 2, 16), the clipped value loss (eq. 5).
+3. ``ValueHead`` (A.2) and ``load_policy_model`` (optional 4-bit NF4 base through bitsandbytes).
+4. ``LMPolicy``: one batched ``generate`` of G answers per decision (Alg. 1, the first answer
+   is the action), the buffer entry it stores (``Exchange``), the PPO update, checkpoints.
+
+Each decision is an independent exchange (§3.2): GAE runs over the tokens of one answer and
+the decision's reward sits on its last token; nothing is propagated across decisions.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+# ----------------------------------------------------------------------------- configuration
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyperparameters; defaults are the paper's (A.2, Table 8 Qwen3-0.6B/Cologne1)."""
+
+    group_size: int = 8
+    """G: answers sampled per decision in one batched generate call (§3.4, Table 12)."""
+    max_new_tokens: int = 512
+    """O: longest answer in tokens."""
+    temperature: float = 1.0
+    """Sampling temperature (0 = greedy). Log-probabilities use the same scaled logits."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1 = off)."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    lora_rank: int = 16
+    """LoRA rank r on all linear layers (§4.1.3)."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator (alpha / r scales the adapter output)."""
+    lora_dropout: float = 0.0
+    """Dropout inside the adapters (0 keeps rollout and update log-probs identical)."""
+    load_in_4bit: bool = False
+    """Quantise the frozen base to 4-bit NF4 with bitsandbytes (QLoRA)."""
+    actor_lr: float = 2.5e-5
+    """Adapter learning rate (Table 8)."""
+    actor_weight_decay: float = 1e-6
+    """Adapter AdamW weight decay (Table 8)."""
+    critic_lr: float = 1e-5
+    """Value-head learning rate (A.2)."""
+    critic_weight_decay: float = 5e-7
+    """Value-head AdamW weight decay (A.2)."""
+    actor_max_grad_norm: float = 0.5
+    """Gradient-norm clip for the adapters (A.2)."""
+    critic_max_grad_norm: float = 5.0
+    """Gradient-norm clip for the value head (A.2)."""
+    clip_low: float = 0.2
+    """epsilon_l: the ratio is clipped below at 1 - clip_low (eq. 16)."""
+    clip_high: float = 0.2
+    """epsilon_u: the ratio is clipped above at 1 + clip_high (eq. 16, A.7)."""
+    value_clip: float = 0.2
+    """epsilon_v of the clipped value loss (eq. 5)."""
+    value_coef: float = 1.0
+    """alpha of the total loss (eq. 6, §4.1.3)."""
+    kl_beta: float = 0.05
+    """beta of the per-token KL penalty (eq. 1, A.2)."""
+    gamma: float = 0.999
+    """Discount over the tokens of one answer (§4.1.3)."""
+    gae_lambda: float = 0.95
+    """GAE lambda (eq. 4). The paper does not state its Table 1 value; Table 5 tries 0.7 and 1."""
+    epochs: int = 1
+    """Passes over the buffer per update (Alg. 1 makes one)."""
+    minibatch_size: int = 8
+    """B: exchanges per gradient step (Alg. 1)."""
+    use_critic: bool = True
+    """False = REINFORCE without a critic (Table 7): Monte-Carlo token returns as advantages."""
+    standardize_advantages: bool = True
+    """Standardise advantages per minibatch (Alg. 1)."""
+    seed: int = 0
+    """Seeds adapter initialisation, value head, sampling and minibatch shuffling."""
+
+    def __post_init__(self) -> None:
+        for name in ("group_size", "max_new_tokens", "lora_rank", "epochs", "minibatch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PPOConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("clip_low", "clip_high", "value_clip", "kl_beta", "temperature"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"PPOConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.clip_low < 1:
+            raise ValueError(f"PPOConfig.clip_low must be in [0, 1), got {self.clip_low}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"PPOConfig.{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+# ----------------------------------------------------------------------------- token math
+
+
+def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Per-token K3 estimate of KL(pi_theta || pi_ref) at the sampled tokens (A.2).
+
+    With r = pi_ref / pi_theta: k3 = r - log r - 1 >= 0, and 0 where the two agree. A.2 writes
+    the ratio as p/q; with samples drawn from pi_theta, q/p is the unbiased K3 (Schulman's
+    "Approximating KL divergence"); both are >= 0 and vanish together.
+    """
+    log_r = ref_logp - logp
+    return torch.exp(log_r) - log_r - 1
+
+
+def token_rewards(final_reward: float, logp: Tensor, ref_logp: Tensor, beta: float) -> Tensor:
+    """Eq. 1: -beta * KL on every generated token, plus the decision reward on the last one."""
+    rewards = -beta * k3_kl(logp, ref_logp)
+    rewards[-1] = rewards[-1] + final_reward
+    return rewards
+
+
+def gae(rewards: Tensor, values: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+    """Eqs. 3–4 over one answer: advantages and returns G_l = A_l + V(s_l), with V(s_{O+1}) = 0."""
+    advantages = torch.zeros_like(rewards)
+    next_value, running = 0.0, 0.0
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * next_value - values[t]
+        running = delta + gamma * lam * running
+        advantages[t] = running
+        next_value = values[t]
+    return advantages, advantages + values
+
+
+def discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
+    """Monte-Carlo token returns, the REINFORCE advantages when there is no critic (Table 7)."""
+    returns = torch.zeros_like(rewards)
+    running = 0.0
+    for t in reversed(range(len(rewards))):
+        running = rewards[t] + gamma * running
+        returns[t] = running
+    return returns
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def standardize(x: Tensor, mask: Tensor) -> Tensor:
+    """Zero mean, unit variance over the unmasked entries (Alg. 1 standardises per batch)."""
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    return (x - mean) * torch.rsqrt(var + 1e-8) * mask
+
+
+def clipped_surrogate_loss(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, clip_low: float, clip_high: float, mask: Tensor
+) -> Tensor:
+    """-J_CLIP of eq. 16: ratio clipped to [1 - eps_l, 1 + eps_u], averaged over tokens."""
+    ratio = torch.exp(logp - old_logp)
+    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    return -masked_mean(torch.minimum(ratio * advantages, clipped * advantages), mask)
+
+
+def clipped_value_loss(values: Tensor, old_values: Tensor, returns: Tensor, value_clip: float, mask: Tensor) -> Tensor:
+    """J_value of eq. 5 in the usual PPO form: the new value may move at most eps_v from the
+    rollout's value before the loss stops rewarding the move.
+
+    Eq. 5 as printed clips V - G itself, whose square never exceeds the unclipped one, so the
+    max would be the plain squared error; clipping around the old value is what PPO
+    implementations (and the cited stabilisation) do.
+    """
+    moved = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
+    return 0.5 * masked_mean(torch.maximum((values - returns) ** 2, (moved - returns) ** 2), mask)
+
+
+# ----------------------------------------------------------------------------- networks
+
+
+class ValueHead(nn.Module):
+    """V_phi on the last hidden state: Linear(h, 2h) -> LeakyReLU(0.01) -> Linear(2h, 1) (A.2)."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.LeakyReLU(0.01), nn.Linear(2 * hidden, 1))
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.net(h).squeeze(-1)
+
+
+def disable_cpu_repacking(model: nn.Module) -> int:
+    """Stop bitsandbytes from repacking 4-bit weights for CPU inference; returns layers touched.
+
+    bitsandbytes 0.50 on CPUs with AVX512-BF16 converts a ``Linear4bit`` weight into an
+    inference-only layout on its first no-grad forward (as in ``generate``) and never converts
+    back, so a later training forward crashes (layers with bias) or computes wrong gradients.
+    """
+    import bitsandbytes as bnb
+
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    for layer in layers:
+        layer.support_avx512bf16_for_cpu = False
+    return len(layers)
+
+
+def load_policy_model(source, load_in_4bit: bool = False, device: str | None = None):
+    """A causal LM from a path (or an in-memory model), optionally with a 4-bit NF4 base.
+
+    An in-memory model is saved to a temporary folder first, because bitsandbytes quantises
+    while loading weights.
+    """
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig, PreTrainedModel
+
+    if isinstance(source, PreTrainedModel) and not load_in_4bit:
+        return source.to(device) if device else source
+    if isinstance(source, PreTrainedModel):
+        with tempfile.TemporaryDirectory() as tmp:
+            source.save_pretrained(tmp)
+            return load_policy_model(tmp, load_in_4bit, device)
+    if not Path(source).exists():
+        raise FileNotFoundError(f"policy model path {source} does not exist")
+    quant = None
+    if load_in_4bit:
+        compute = torch.bfloat16 if device and device.startswith("cuda") else torch.float32
+        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute)
+    model = AutoModelForCausalLM.from_pretrained(source, quantization_config=quant, device_map=device or "cpu")
+    if load_in_4bit:
+        disable_cpu_repacking(model)
+    return model
+
+
+# ----------------------------------------------------------------------------- policy
+
+
+@dataclass
+class Exchange:
+    """One decision in the buffer (Alg. 1): the prompt, the chosen (first) answer and what
+    PPO needs from the moment it was sampled."""
+
+    prompt_ids: Tensor
+    answer_ids: Tensor
+    old_logp: Tensor
+    """log pi_old of each answer token."""
+    ref_logp: Tensor
+    """log pi_ref (adapters disabled) of each answer token."""
+    old_values: Tensor
+    """V_phi(s_l) before each answer token."""
+    texts: list[str] = field(default_factory=list)
+    """All G decoded answers; ``texts[0]`` is the action."""
+    reward: float | None = None
+    """Decision reward R (eq. 14), set once the environment has answered."""
+    time_s: float = 0.0
+    """Simulation time of the decision (the schedule's buffer keeps the last 400 s)."""
+
+
+class LMPolicy:
+    """A causal LM with LoRA adapters and a value head, trained by PPO on ``Exchange`` buffers."""
+
+    def __init__(self, model, tokenizer, cfg: PPOConfig):
+        from peft import LoraConfig, get_peft_model
+
+        self.cfg, self.tokenizer = cfg, tokenizer
+        self.rng = np.random.default_rng(cfg.seed)
+        lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                          target_modules="all-linear", task_type="CAUSAL_LM")
+        with torch.random.fork_rng(devices=[]):  # peft and nn.Linear draw from the global generator
+            torch.manual_seed(cfg.seed)
+            self.model = get_peft_model(model, lora)
+            self.value_head = ValueHead(model.config.hidden_size).to(self.device)
+        self.actor_params = [p for p in self.model.parameters() if p.requires_grad]
+        self.actor_opt = torch.optim.AdamW(self.actor_params, lr=cfg.actor_lr, weight_decay=cfg.actor_weight_decay)
+        self.critic_opt = torch.optim.AdamW(
+            self.value_head.parameters(), lr=cfg.critic_lr, weight_decay=cfg.critic_weight_decay
+        )
+        self.updates = 0
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # --- rollout ---------------------------------------------------------------------
+
+    def sample(self, prompt: str, group_size: int | None = None) -> tuple[list[str], Exchange]:
+        """G answers to ``prompt`` in one batched generate call; the first is the action (Alg. 1).
+
+        Returns the decoded answers and the buffer entry of the first one.
+        """
+        cfg, tok = self.cfg, self.tokenizer
+        g = group_size or cfg.group_size
+        prompt_ids = tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(self.device)
+        sampling = dict(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+        self.model.eval()
+        with torch.no_grad(), torch.random.fork_rng(devices=self._rng_devices()):
+            torch.manual_seed(int(self.rng.integers(2**62)))  # sampling seeded from the policy's own generator
+            out = self.model.generate(
+                input_ids=prompt_ids.repeat(g, 1),
+                attention_mask=torch.ones(g, prompt_ids.shape[1], dtype=torch.long, device=self.device),
+                max_new_tokens=cfg.max_new_tokens,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+                **(sampling if cfg.temperature > 0 else dict(do_sample=False)),
+            )
+        answers = [self._trim(row) for row in out[:, prompt_ids.shape[1]:]]
+        texts = [tok.decode(a, skip_special_tokens=True) for a in answers]
+        exchange = self._exchange(prompt_ids[0], answers[0], texts)
+        return texts, exchange
+
+    def _rng_devices(self) -> list:
+        return [self.device] if self.device.type == "cuda" else []
+
+    def _trim(self, answer: Tensor) -> Tensor:
+        """Tokens up to and including the first EOS (generate pads finished rows)."""
+        eos = (answer == self.tokenizer.eos_token_id).nonzero()
+        answer = answer[: int(eos[0]) + 1] if len(eos) else answer
+        return answer if len(answer) else answer.new_tensor([self.tokenizer.eos_token_id])
+
+    def _exchange(self, prompt_ids: Tensor, answer_ids: Tensor, texts: list[str]) -> Exchange:
+        with torch.no_grad():
+            logp, values, _ = self._evaluate([prompt_ids], [answer_ids])
+            with self.model.disable_adapter():  # pi_ref: the same base without adapters
+                ref_logp, _, _ = self._evaluate([prompt_ids], [answer_ids])
+        n = len(answer_ids)
+        return Exchange(prompt_ids.cpu(), answer_ids.cpu(), logp[0, :n].cpu(), ref_logp[0, :n].cpu(),
+                        values[0, :n].cpu(), texts)
+
+    def _evaluate(self, prompts: list[Tensor], answers: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Log-probabilities and values at each answer token of a right-padded batch.
+
+        Returns ``logp``, ``values`` and ``mask``, each (batch, longest answer). The LM head runs
+        only on answer positions, so memory does not scale with prompt length x vocabulary.
+        """
+        dev, pad = self.device, self.tokenizer.pad_token_id
+        p_len = torch.tensor([len(p) for p in prompts], device=dev)
+        a_len = torch.tensor([len(a) for a in answers], device=dev)
+        seqs = [torch.cat([p.to(dev), a.to(dev)]) for p, a in zip(prompts, answers)]
+        ids = nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=pad)
+        attention = (torch.arange(ids.shape[1], device=dev)[None] < (p_len + a_len)[:, None]).long()
+        steps = torch.arange(int(a_len.max()), device=dev)
+        mask = (steps[None] < a_len[:, None]).float()
+        # Hidden state at position P-1+l predicts answer token l (state s_l of §3.1).
+        pos = (p_len[:, None] - 1 + steps[None]).clamp(max=ids.shape[1] - 2)
+        base = self.model.get_base_model()
+        hidden = base.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
+        h = hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))
+        logits = base.get_output_embeddings()(h).float() / (self.cfg.temperature or 1.0)
+        targets = ids.gather(1, pos + 1)
+        logp = torch.log_softmax(logits, -1).gather(-1, targets[..., None]).squeeze(-1) * mask
+        # The critic reads detached features: its loss trains the value head only, so the two
+        # optimisers of A.2 each own their parameters.
+        values = self.value_head(h.detach().float()) * mask
+        return logp, values, mask
+
+    # --- update ----------------------------------------------------------------------
+
+    def advantages(self, ex: Exchange) -> tuple[Tensor, Tensor]:
+        """Token advantages and returns of one exchange (eqs. 1, 3–4; Table 7 without critic)."""
+        if ex.reward is None:
+            raise ValueError("Exchange.reward is None: set the decision reward before updating")
+        rewards = token_rewards(ex.reward, ex.old_logp, ex.ref_logp, self.cfg.kl_beta)
+        if not self.cfg.use_critic:
+            returns = discounted_returns(rewards, self.cfg.gamma)
+            return returns, returns
+        return gae(rewards, ex.old_values, self.cfg.gamma, self.cfg.gae_lambda)
+
+    def update(self, buffer: list[Exchange]) -> dict[str, float]:
+        """One PPO update over ``buffer`` (Alg. 1): shuffle, minibatches, eqs. 5, 6, 16."""
+        cfg = self.cfg
+        if not buffer:
+            raise ValueError("update: the buffer is empty")
+        targets = [self.advantages(ex) for ex in buffer]
+        stats: dict[str, list[float]] = {"policy_loss": [], "value_loss": [], "clip_frac": [], "kl": []}
+        self.model.train()
+        for _ in range(cfg.epochs):
+            order = self.rng.permutation(len(buffer))
+            for start in range(0, len(buffer), cfg.minibatch_size):
+                idx = order[start : start + cfg.minibatch_size]
+                self._step([buffer[i] for i in idx], [targets[i] for i in idx], stats)
+        self.updates += 1
+        self.model.eval()
+        return {k: float(np.mean(v)) for k, v in stats.items() if v}
+
+    def _step(self, batch: list[Exchange], targets: list[tuple[Tensor, Tensor]], stats: dict) -> None:
+        cfg, dev = self.cfg, self.device
+
+        def padded(ts: list[Tensor]) -> Tensor:
+            return nn.utils.rnn.pad_sequence(ts, batch_first=True).to(dev)
+
+        old_logp, ref_logp, old_values = (padded([getattr(e, k) for e in batch]) for k in ("old_logp", "ref_logp", "old_values"))
+        adv, returns = padded([a for a, _ in targets]), padded([r for _, r in targets])
+        logp, values, mask = self._evaluate([e.prompt_ids for e in batch], [e.answer_ids for e in batch])
+        if cfg.standardize_advantages:
+            adv = standardize(adv, mask)
+        policy_loss = clipped_surrogate_loss(logp, old_logp, adv, cfg.clip_low, cfg.clip_high, mask)
+        loss = policy_loss
+        if cfg.use_critic:
+            value_loss = clipped_value_loss(values, old_values, returns, cfg.value_clip, mask)
+            loss = policy_loss + cfg.value_coef * value_loss  # eq. 6
+            stats["value_loss"].append(value_loss.item())
+        self.actor_opt.zero_grad()
+        self.critic_opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.actor_params, cfg.actor_max_grad_norm)
+        self.actor_opt.step()
+        if cfg.use_critic:
+            nn.utils.clip_grad_norm_(self.value_head.parameters(), cfg.critic_max_grad_norm)
+            self.critic_opt.step()
+        with torch.no_grad():
+            ratio = torch.exp(logp - old_logp)
+            outside = ((ratio < 1 - cfg.clip_low) | (ratio > 1 + cfg.clip_high)).float()
+            stats["policy_loss"].append(policy_loss.item())
+            stats["clip_frac"].append(masked_mean(outside, mask).item())
+            stats["kl"].append(masked_mean(k3_kl(logp, ref_logp), mask).item())
+
+    # --- checkpoints -----------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Adapters, value head, both optimisers, the sampling generator and the update count."""
+        from peft import get_peft_model_state_dict
+
+        return {
+            "adapters": {k: v.cpu() for k, v in get_peft_model_state_dict(self.model).items()},
+            "value_head": self.value_head.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "updates": self.updates,
+            "config": asdict(self.cfg),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        from peft import set_peft_model_state_dict
+
+        if state["config"] != asdict(self.cfg):
+            changed = sorted(k for k in state["config"] if state["config"][k] != asdict(self.cfg).get(k))
+            raise ValueError(f"checkpoint was written with a different PPOConfig (fields {changed})")
+        set_peft_model_state_dict(self.model, state["adapters"])
+        self.value_head.load_state_dict(state["value_head"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.rng.bit_generator.state = state["rng"]
+        self.updates = state["updates"]
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(self.state_dict(), tmp)
+        tmp.replace(path)  # atomic: a killed run never leaves half a checkpoint
+
+    def load(self, path: str | Path) -> None:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"checkpoint {path} does not exist")
+        self.load_state_dict(torch.load(path, weights_only=False))
