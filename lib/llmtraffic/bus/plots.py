@@ -1,0 +1,88 @@
+"""Figures of the bus study: time–space trajectories (bunching at a glance), per-stop headway
+SD by method, passenger waiting-time distributions. Each function draws on ``ax`` (or a new
+one) and returns it; colours are fixed per line or per method."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
+
+from .sim import EpisodeResult
+
+
+def _axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
+    return ax if ax is not None else plt.subplots(figsize=size)[1]
+
+
+def _colours(n: int) -> list:
+    return list(plt.get_cmap("tab10").colors) * (n // 10 + 1)
+
+
+def trajectories(result: EpisodeResult, ax: Axes | None = None, lines: list[str] | None = None) -> Axes:
+    """Time–space diagram: each bus's position along its line over time, one colour per line.
+    Dwell and holding show as flat segments; a loop's position wraps at its length."""
+    ax = _axes(ax, (10, 5))
+    scenario = result.scenario
+    known = [ln.name for ln in scenario.lines]
+    lines = known if lines is None else list(lines)
+    unknown = [x for x in lines if x not in known]
+    if unknown:
+        raise ValueError(f"unknown line(s) {unknown} in 'lines'; scenario {scenario.name!r} has {known}")
+    traj = result.trajectories
+    handles = []
+    for colour, name in zip(_colours(len(lines)), lines):
+        ln = scenario.line(name)
+        for _, bus in traj[traj["line"] == name].groupby("bus", sort=False):
+            t = np.column_stack([bus["arrival_s"], bus["departure_s"]]).ravel()
+            x = np.repeat(bus["position_m"].to_numpy(), 2)
+            if ln.is_loop:  # break the line where the bus wraps around the loop
+                wrap = np.flatnonzero(np.diff(x) < 0) + 1
+                t, x = np.insert(t, wrap, np.nan), np.insert(x, wrap, np.nan)
+            ax.plot(t / 60, x / 1000, color=colour, lw=0.8)
+        handles.append(Line2D([], [], color=colour, label=ln.label))
+    ax.set_xlabel("time (min)")
+    ax.set_ylabel("position along the line (km)")
+    ax.set_title(f"Bus trajectories, {scenario.name}, seed {result.seed}")
+    ax.legend(handles=handles, loc="upper left", fontsize="small")
+    return ax
+
+
+def headway_sd_by_stop(results: dict[str, EpisodeResult], ax: Axes | None = None) -> Axes:
+    """Grouped bars: headway SD at each stop (x: line/stop) for each method."""
+    ax = _axes(ax, (11, 4))
+    if not results:
+        raise ValueError("headway_sd_by_stop: 'results' is empty")
+    methods = list(results)
+    first = results[methods[0]].metrics["by_stop"]
+    labels = [f"{line}/{i}" if len(first) > 1 else str(i) for line, sds in first.items() for i in range(len(sds))]
+    x = np.arange(len(labels))
+    width = 0.8 / len(methods)
+    for k, (colour, method) in enumerate(zip(_colours(len(methods)), methods)):
+        sds = [v for values in results[method].metrics["by_stop"].values() for v in values]
+        if len(sds) != len(labels):
+            raise ValueError(f"headway_sd_by_stop: result {method!r} comes from another scenario")
+        ax.bar(x - 0.4 + width * (k + 0.5), sds, width, color=colour, label=method)
+    ax.set_xticks(x, labels, rotation=90 if len(labels) > 20 else 0, fontsize="small")
+    ax.set_xlabel("stop" if len(first) == 1 else "line/stop")
+    ax.set_ylabel("headway SD (s)")
+    ax.set_title("Standard deviation of time headways at each stop")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def wait_distribution(results: dict[str, EpisodeResult], ax: Axes | None = None) -> Axes:
+    """Histogram (as step lines) of passenger waiting times for each method, in minutes."""
+    ax = _axes(ax, (7, 4))
+    waits = {m: (r.passengers["board_s"] - r.passengers["arrival_s"]).dropna().to_numpy() / 60 for m, r in results.items()}
+    top = max((w.max() for w in waits.values() if w.size), default=1.0)
+    bins = np.linspace(0, top, 41)
+    for colour, (method, w) in zip(_colours(len(waits)), waits.items()):
+        ax.hist(w, bins=bins, histtype="step", color=colour, lw=1.5, density=True,
+                label=f"{method} (mean {w.mean():.1f} min)" if w.size else method)
+    ax.set_xlabel("waiting time (min)")
+    ax.set_ylabel("share of passengers per minute")
+    ax.set_title("Passenger waiting times")
+    ax.legend(fontsize="small")
+    return ax

@@ -1,0 +1,64 @@
+"""Bus figures draw what the results hold."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from llmtraffic.bus import controllers, plots, scenarios, simulate  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def case2_results():
+    sc = scenarios.case2()
+    return {
+        "no holding": simulate(sc, seed=0, horizon_s=1800),
+        "feedback": simulate(sc, controllers.Feedback(), seed=0, horizon_s=1800),
+    }
+
+
+def test_trajectories_draw_one_path_per_bus_in_one_colour_per_line(case2_results):
+    result = case2_results["no holding"]
+    ax = plots.trajectories(result)
+    buses = result.trajectories.groupby("line")["bus"].nunique()
+    assert len(ax.lines) == buses.sum()
+    colours = {line: {tuple(np.round(ln.get_color(), 3)) for ln in ax.lines[a:b]}
+               for line, a, b in [("3436", 0, buses["3436"]), ("3986", buses["3436"], buses.sum())]}
+    assert all(len(c) == 1 for c in colours.values()) and colours["3436"] != colours["3986"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["line 1", "line 52"]
+    assert "time" in ax.get_xlabel() and "position" in ax.get_ylabel()
+    only = plots.trajectories(result, ax=plt.subplots()[1], lines=["3986"])
+    assert len(only.lines) == buses["3986"]
+    with pytest.raises(ValueError, match="unknown line"):
+        plots.trajectories(result, lines=["42"])
+    plt.close("all")
+
+
+def test_a_loop_trajectory_breaks_where_the_bus_wraps():
+    result = simulate(scenarios.case1(demand_scale=0), seed=0)
+    ax = plots.trajectories(result)
+    y = ax.lines[0].get_ydata()
+    assert np.isnan(y).sum() >= 6  # 4 h at 32 min per lap
+    assert np.nanmax(y) == 9.99 and np.nanmin(y) == 0.666
+    plt.close("all")
+
+
+def test_headway_bars_are_the_per_stop_metrics(case2_results):
+    ax = plots.headway_sd_by_stop(case2_results)
+    heights = [p.get_height() for p in ax.patches]
+    expected = [v for m in case2_results.values() for line in m.metrics["by_stop"].values() for v in line]
+    np.testing.assert_array_equal(heights, expected)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["no holding", "feedback"]
+    plt.close("all")
+
+
+def test_wait_distribution_labels_each_method_with_its_mean(case2_results):
+    ax = plots.wait_distribution(case2_results)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    for label, result in zip(labels, case2_results.values()):
+        mean = result.metrics["wait_time_s"] / 60
+        assert label.endswith(f"(mean {mean:.1f} min)")
+    plt.close("all")
