@@ -9,9 +9,13 @@ from llmtraffic.signal.oracle import (
     naive_dse,
     oracle_reward,
     phase_counts,
-    queue_difference,
     softmax_dse,
 )
+from llmtraffic.signal.state import IntersectionState, LaneCounts
+
+
+def queued(n: int) -> IntersectionState:
+    return IntersectionState(0.0, 0, {"a": LaneCounts(n - n // 2, 1, 1, 1), "b": LaneCounts(n // 2, 2, 0, 0)})
 
 
 def test_phase_counts_is_algorithm_3_histogram():
@@ -74,12 +78,12 @@ def test_oracle_reward_gates_entropy_on_hurdle_eq_12_14():
 
 
 def test_reward_config_combines_eq_7_8_11_12_14_and_eq_15():
-    assert queue_difference(10, 6) == 4.0
+    before, after = queued(10), queued(6)  # halting vehicles only count toward the queue
     full = RewardConfig(hurdle=2.5, entropy="softmax", tau=0.0, w_e=1.0)
-    assert full(10, 6, [6, 2, 0], 0) == pytest.approx(4 - 2.5 + 1.0)
-    assert full(10, 6, [6, 2, 0], 1) == pytest.approx(4 - 2.5 + 0.0)  # chosen is not the majority
-    assert full(10, 9, [6, 2, 0], 0) == pytest.approx(1 - 2.5)  # below hurdle: gated
+    assert full(before, 0, after, [6, 2, 0]) == pytest.approx(4 - 2.5 + 1.0)
+    assert full(before, 1, after, [6, 2, 0]) == pytest.approx(4 - 2.5 + 0.0)  # chosen is not the majority
+    assert full(before, 0, queued(9), [6, 2, 0]) == pytest.approx(1 - 2.5)  # below hurdle: gated
     naive = RewardConfig(hurdle=1.0, entropy="naive", w_e=2.0)
-    assert naive(10, 6, [6, 2, 0], 1) == pytest.approx(3 + 2 * 0.25)
-    assert RewardConfig(env="queue")(10, 6, [8], 0) == -6.0
-    assert RewardConfig()(10, 6, [8], 0) == 4.0
+    assert naive(before, 1, after, [6, 2, 0]) == pytest.approx(4 - 1 + 2 * 0.25)
+    assert RewardConfig(env="queue")(before, 0, after, [8]) == -6.0
+    assert RewardConfig()(before, 0, after, [8]) == 4.0

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .env import negative_queue, queue_difference
+from .state import IntersectionState
+
 
 def phase_counts(phases: Sequence[int], n_phases: int) -> np.ndarray:
     """Algorithm 3: histogram of the phases extracted from the G answers."""
@@ -58,17 +61,8 @@ def naive_dse(counts: Sequence[float], chosen: int) -> float:
     return float(c[chosen] / c.sum())
 
 
-def queue_difference(prev_queue: float, queue: float) -> float:
-    """Eq. 7: R_env = queue_{t-1} − queue_t (positive when the queue shrinks)."""
-    return float(prev_queue - queue)
-
-
-def negative_queue(prev_queue: float, queue: float) -> float:
-    """Eq. 15 (Appendix A.1): R_q = −queue_t."""
-    return float(-queue)
-
-
 ENV_REWARDS = {"queue_diff": queue_difference, "queue": negative_queue}
+"""R_env: eq. 7 (queue difference) or eq. 15 (Appendix A.1, the absolute queue)."""
 
 
 def oracle_reward(r_env: float, hurdle: float, w_e: float, r_e: float) -> float:
@@ -99,9 +93,10 @@ class RewardConfig:
         if not self.tau >= 0:
             raise ValueError(f"RewardConfig.tau must be >= 0, got {self.tau}")
 
-    def __call__(self, prev_queue: float, queue: float, counts: Sequence[float], chosen: int) -> float:
-        """R for one decision from the queues before/after it and the G answers' phase counts."""
-        r_env = ENV_REWARDS[self.env](prev_queue, queue)
+    def __call__(self, prev: IntersectionState, chosen: int, state: IntersectionState,
+                 counts: Sequence[float]) -> float:
+        """R for one decision: states before and after it, the chosen phase, the G answers' counts."""
+        r_env = ENV_REWARDS[self.env](prev, chosen, state)
         if self.entropy == "none":
             r_e = 0.0
         elif self.entropy == "softmax":

@@ -173,24 +173,16 @@ def messages(state: IntersectionState, history: Sequence[Exchange] = (), decisio
 _TAG = re.compile(r"<\s*signal\s*>(.*?)<\s*/\s*signal\s*>", re.IGNORECASE | re.DOTALL)
 
 
-def extract_phase(text: object, phases: Sequence[Phase], default: int = 0) -> int:
-    """Algorithm 2: the phase index an answer selects; never raises on any ``text``.
+def parse_phase(text: object, phases: Sequence[Phase]) -> int | None:
+    """Steps 1–2 of Algorithm 2: the phase index ``text`` selects, or None if it names none.
 
     1. the last ``<signal>…</signal>`` tag whose content is a valid mnemonic (case and
        surrounding whitespace ignored);
     2. else the mnemonic or description mentioned last in the text (case-insensitive;
-       at equal positions the longer match wins, so a description beats a mnemonic it starts with);
-    3. else ``default``.
-
-    ``phases`` and ``default`` are the caller's configuration: an empty list or a default that
-    is not a phase index raise ``ValueError``.
+       at equal positions the longer match wins, so a description beats a mnemonic it starts with).
     """
-    if not phases:
-        raise ValueError("extract_phase: phases is empty")
-    if default not in {p.index for p in phases}:
-        raise ValueError(f"extract_phase: default {default!r} is not a phase index {[p.index for p in phases]}")
     if not isinstance(text, str) or not text:
-        return default
+        return None
     by_mnemonic = {p.mnemonic.strip().upper(): p.index for p in phases}
     for content in reversed(_TAG.findall(text)):
         index = by_mnemonic.get(content.strip().upper())
@@ -203,4 +195,18 @@ def extract_phase(text: object, phases: Sequence[Phase], default: int = 0) -> in
             at = (low.rfind(needle), len(needle)) if needle else (-1, 0)
             if at[0] >= 0 and at > best_at:
                 best, best_at = p.index, at
-    return default if best is None else best
+    return best
+
+
+def extract_phase(text: object, phases: Sequence[Phase], default: int = 0) -> int:
+    """Algorithm 2: :func:`parse_phase`, else ``default``; never raises on any ``text``.
+
+    ``phases`` and ``default`` are the caller's configuration: an empty list or a default that
+    is not a phase index raise ``ValueError``.
+    """
+    if not phases:
+        raise ValueError("extract_phase: phases is empty")
+    if default not in {p.index for p in phases}:
+        raise ValueError(f"extract_phase: default {default!r} is not a phase index {[p.index for p in phases]}")
+    found = parse_phase(text, phases)
+    return default if found is None else found
