@@ -107,8 +107,13 @@ class _Queue:
 class Bus:
     """A bus's state; positions are odometer readings (metres along its line, laps added)."""
 
-    def __init__(self, name: str, line: int, ln: Line, rng: np.random.Generator | None):
+    def __init__(self, name: str, line: int, ln: Line, rng: np.random.Generator | None,
+                 start_s: float, start_stop: int | None):
         self.name, self.line, self.ln, self.rng = name, line, ln, rng
+        self.start_s = start_s
+        """Dispatch time (0 for buses standing on the line at t = 0)."""
+        self.start_stop = start_stop
+        """Stop where the bus stands at t = 0, or None if it is dispatched."""
         self.in_service = False
         self.stop = 0
         self.odo0 = self.odo1 = 0.0
@@ -207,23 +212,23 @@ class Episode:
         if ln.n_dispatch is not None:
             dispatch = [ln.first_dispatch_s + i * ln.headway_s for i in range(ln.n_dispatch)]
         else:
-            dispatch = list(np.arange(ln.first_dispatch_s, self.horizon_s, ln.headway_s))
+            dispatch = np.arange(ln.first_dispatch_s, self.horizon_s, ln.headway_s).tolist()
         starts = [(0.0, s) for s in ln.preplaced] + [(t, None) for t in dispatch]
         random = self.scenario.travel_shape is not None
         buses = []
         for i, ((t, stop), s) in enumerate(zip(starts, seeds.spawn(len(starts)))):
-            bus = Bus(f"{ln.name}#{i}", k, ln, np.random.default_rng(s) if random else None)
+            bus = Bus(f"{ln.name}#{i}", k, ln, np.random.default_rng(s) if random else None, t, stop)
             buses.append(bus)
-            self.env.process(self._run(bus, t, stop))
+            self.env.process(self._run(bus))
         self.buses.append(buses)
         self.next_dispatch.append(dispatch)
 
     # ------------------------------------------------------------------ bus process
 
-    def _run(self, bus: Bus, start_s: float, stop: int | None):
-        env, ln = self.env, bus.ln
-        if start_s > 0:
-            yield env.timeout(start_s)
+    def _run(self, bus: Bus):
+        env, ln, stop = self.env, bus.ln, bus.start_stop
+        if bus.start_s > 0:
+            yield env.timeout(bus.start_s)
         bus.in_service = True
         initial = stop is not None
         if stop is None:
