@@ -150,3 +150,14 @@ def test_an_invalid_action_is_refused():
     env.reset(seed=0)
     with pytest.raises(ValueError, match="action of agent 'stop_0'"):
         env.step(2)
+
+
+def test_buses_held_together_at_one_stop_each_get_their_transitions():
+    env = HoldingEnv(scenarios.case2(), lambda s, a, n: float(a), horizon_s=3600)
+    steps = play(env, lambda obs, info: 1, seed=4)
+    transitions = env.pop_transitions()
+    assert len(transitions) == len(steps)
+    times = {}
+    for agent, obs, info, action in steps:
+        times.setdefault((agent, info["time_s"]), set()).add(info["bus"])
+    assert max(len(buses) for buses in times.values()) >= 2  # two buses held at one stop at once

@@ -94,7 +94,8 @@ class HoldingEnv(AECEnv):
         self.infos = {a: {} for a in self.agents}
         self._obs = {a: np.zeros(self.scenario.state_dim) for a in self.agents}
         self._transitions: list[Transition] = []
-        self._open: list[tuple[str, np.ndarray, int, Decision]] = []
+        self._open: dict[int, tuple[str, np.ndarray, int, Decision]] = {}
+        self._opened = 0
         self._decision: Decision | None = None
         self._advance()
 
@@ -114,9 +115,9 @@ class HoldingEnv(AECEnv):
         self._cumulative_rewards[agent] = 0.0
         self._clear_rewards()
         decision = self._decision
-        record = (agent, self._obs[agent].copy(), action, decision)
-        self._open.append(record)
-        self.episode.after(self.scenario.hold_step_s, lambda: self._close(record, done=False))
+        key, self._opened = self._opened, self._opened + 1
+        self._open[key] = (agent, self._obs[agent].copy(), action, decision)
+        self.episode.after(self.scenario.hold_step_s, lambda: self._close(key, done=False))
         self.episode.decide(decision, action)
         self._advance()
 
@@ -145,16 +146,15 @@ class HoldingEnv(AECEnv):
         self.infos[agent] = self.episode.info(decision)
 
     def _finish(self) -> None:
-        for record in list(self._open):
-            self._close(record, done=True)
+        for key in list(self._open):
+            self._close(key, done=True)
         for a in self.agents:
             self.truncations[a] = True
         self._decision = None
         self.agent_selection = self.agents[0] if self.agents else None
 
-    def _close(self, record: tuple[str, np.ndarray, int, Decision], done: bool) -> None:
-        agent, state, action, decision = record
-        self._open.remove(record)
+    def _close(self, key: int, done: bool) -> None:
+        agent, state, action, decision = self._open.pop(key)
         next_state = self.episode.state(decision.bus, decision.node)
         reward = self._reward(agent, state, action, next_state)
         self._transitions.append(Transition(agent, state, action, reward, next_state, done))
