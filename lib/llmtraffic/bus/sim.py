@@ -82,7 +82,8 @@ def draw_passengers(scenario: Scenario, rng: np.random.Generator, horizon_s: flo
         hour_of = np.repeat(np.tile(np.arange(hours), ln.n_stops), counts.ravel())
         times = HOUR_S * hour_of + rng.random(stop_of.size) * length[hour_of]
         cdf = np.cumsum(np.asarray(ln.od, dtype=float), axis=1)
-        cdf[:, -1] = np.where(cdf[:, -1] > 0, np.inf, 0.0)  # rounding never sends anyone past the row
+        with np.errstate(invalid="ignore", divide="ignore"):  # rows without demand are never used
+            cdf /= cdf[:, -1:]  # exactly 1 from the last stop with mass on: u < 1 never lands past it
         dest = (rng.random(stop_of.size)[:, None] >= cdf[stop_of]).sum(axis=1)
         nodes = np.asarray(ln.nodes)
         parts.append((times, nodes[stop_of], nodes[dest], np.full(stop_of.size, k)))
@@ -115,7 +116,6 @@ class Bus:
         self.start_stop = start_stop
         """Stop where the bus stands at t = 0, or None if it is dispatched."""
         self.in_service = False
-        self.stop = 0
         self.odo0 = self.odo1 = 0.0
         self.t0 = self.t1 = 0.0
         self.moving = False
@@ -238,7 +238,7 @@ class Episode:
                 yield env.timeout(ln.access_s)
         lap = 0
         while True:
-            bus.moving, bus.stop = False, stop
+            bus.moving = False
             bus.odo0 = ln.positions_m[stop] + lap * (ln.loop_m or 0.0)
             dwell = self._arrive(bus, stop, initial)
             initial = False
