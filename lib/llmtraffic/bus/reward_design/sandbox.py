@@ -1,0 +1,338 @@
+"""Safe handling of LLM-generated reward code (bus seed §4.2: rewards are generated as Python).
+
+Generated code is data until it passes two checks, and even then it never runs in the
+notebook's process:
+
+1. `static_check`: the AST must define ``reward(current_state, action, next_state)`` and use
+   only ``math``, ``numpy`` and its own pure helper functions: no other import, no I/O or
+   introspection builtins (``open``, ``exec``, ``eval``, ``compile``, ``__import__``,
+   ``getattr``, ``globals`` …), no dunder or private attribute (the ``().__class__.__bases__
+   [0].__subclasses__()`` escape), no numpy file or system attribute, no ``global`` state.
+2. `validate_reward_code` then runs the function on recorded (or example) transitions in a
+   separate process (``worker.py``) under a wall-clock timeout and memory, CPU and file
+   limits, and requires a finite number with \\|r\\| <= 1e3 for every transition.
+
+`SandboxedReward` is how training calls a validated reward: a long-lived worker process
+answers each call (or a batch of transitions per call), a call that takes longer than the
+timeout kills the worker and raises `RewardTimeout`, and the next call starts a new one.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+REWARD_ARGS = ("current_state", "action", "next_state")
+ALLOWED_IMPORTS = {"math", "numpy"}
+FORBIDDEN_NAMES = {
+    "open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "getattr",
+    "setattr", "delattr", "input", "breakpoint", "exit", "quit", "help", "memoryview", "type",
+    "object", "super", "classmethod", "staticmethod", "property", "print", "dir", "id",
+}
+"""Builtins generated code may not use: I/O, dynamic code, introspection and class machinery."""
+FORBIDDEN_ATTRIBUTES = {
+    "load", "loads", "save", "savez", "savez_compressed", "savetxt", "loadtxt", "genfromtxt",
+    "fromfile", "tofile", "fromregex", "memmap", "dump", "dumps", "DataSource", "ctypeslib",
+    "ctypes", "lib", "f2py", "testing", "distutils", "os", "sys", "system", "popen", "test",
+}
+"""numpy attributes (and names reaching the OS) that read or write files or load code."""
+BOUND = 1e3
+"""Largest allowed |reward| (the prompts ask for rewards without extreme values, App. A.2)."""
+
+
+class RewardCheck(NamedTuple):
+    """Verdict on one reward program; unpacks as ``ok, reason``."""
+
+    ok: bool
+    reason: str
+    """Why it was rejected (sent back to the LLM), or ``"ok"``."""
+
+
+class RewardTimeout(RuntimeError):
+    """The reward did not answer in time; its worker process was killed."""
+
+
+class RewardError(RuntimeError):
+    """The reward raised, returned a non-number, or its worker died."""
+
+
+def static_check(code: str) -> RewardCheck:
+    """Syntax, the ``reward`` signature and the allowed constructs (see the module docstring)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as error:
+        return RewardCheck(False, f"syntax error at line {error.lineno}: {error.msg}")
+    for statement in tree.body:
+        if not isinstance(statement, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign,
+                                      ast.AnnAssign, ast.Expr)):
+            return RewardCheck(False, f"top-level {type(statement).__name__} statement is not allowed "
+                                      "(only imports, functions and constants)")
+    problems = sorted(p for node in ast.walk(tree) if (p := _forbidden(node)))
+    if problems:  # the most telling one: imports, then names, then attributes, then the rest
+        return RewardCheck(False, problems[0][-1])
+    rewards = [s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "reward"]
+    if not rewards:
+        return RewardCheck(False, "no function reward(current_state, action, next_state) is defined")
+    args = rewards[-1].args
+    positional = [a.arg for a in args.posonlyargs + args.args]
+    required = len(positional) - len(args.defaults)
+    if args.vararg or args.kwonlyargs and not all(args.kw_defaults) or not required <= 3 <= len(positional):
+        return RewardCheck(False, f"reward must take 3 arguments (current_state, action, next_state), "
+                                  f"got ({', '.join(positional)})")
+    return RewardCheck(True, "ok")
+
+
+def _forbidden(node: ast.AST) -> tuple[int, int, int, int, str] | None:
+    """(rank, line, column, end column, reason) when one AST node is not allowed, else None.
+
+    Sorting these puts the innermost of chained attributes (``().__class__`` in
+    ``().__class__.__bases__``) first: they start together, the inner one ends first."""
+    reason = _forbidden_reason(node)
+    if reason is None:
+        return None
+    rank = next(i for i, kinds in enumerate(RANKS) if isinstance(node, kinds))
+    where = [getattr(node, key, 0) for key in ("lineno", "col_offset", "end_col_offset")]
+    return rank, *where, reason
+
+
+RANKS = ((ast.Import, ast.ImportFrom), ast.Name, ast.Attribute, ast.AST)
+
+
+def _forbidden_reason(node: ast.AST) -> str | None:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+        for name in names:
+            if name.split(".")[0] not in ALLOWED_IMPORTS or getattr(node, "level", 0):
+                return f"import of {name!r} is not allowed (only math and numpy)"
+            if set(name.split(".")) & FORBIDDEN_ATTRIBUTES:
+                return f"import of {name!r} is not allowed (file or system access)"
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    return f"'from {node.module} import *' is not allowed (import names explicitly)"
+                if alias.name in FORBIDDEN_ATTRIBUTES or alias.name.startswith("_"):
+                    return f"import of {node.module}.{alias.name} is not allowed (file or system access)"
+    if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
+        return f"use of {node.id!r} is not allowed"
+    if isinstance(node, ast.Attribute):
+        if node.attr.startswith("_"):
+            return f"access to attribute {node.attr!r} is not allowed (no dunder or private attributes)"
+        if node.attr in FORBIDDEN_ATTRIBUTES:
+            return f"attribute {node.attr!r} is not allowed (file or system access)"
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return f"'{type(node).__name__.lower()}' statements are not allowed (the reward must be pure)"
+    if isinstance(node, ast.ClassDef):
+        return "class definitions are not allowed (use functions)"
+    if isinstance(node, (ast.AsyncFunctionDef, ast.Await, ast.Yield, ast.YieldFrom)):
+        return f"{type(node).__name__} is not allowed (reward must return a number)"
+    return None
+
+
+def example_transitions(state_dim: int = 6) -> list[tuple[np.ndarray, int, np.ndarray]]:
+    """Hand-made transitions covering the §3.2 state space, used when none were recorded.
+
+    State: forward/backward space headway on the same line (m), the same on the other line (0 at
+    a stop no other line serves), onboard passengers, elapsed holding (s). Holding moves the bus
+    ahead 5 s × 5.55 m/s ≈ 28 m away (App. A.5). Covers single-line and shared stops, hold and
+    release, an empty bus, the 90-s cap and a bunched pair with a zero headway. ``state_dim`` 3
+    keeps entries 0, 1, 4 (case 1's state of App. A.5).
+    """
+    rows = [
+        ([1776, 1776, 0, 0, 20, 0], 1, [1804, 1748, 0, 0, 20, 5]),
+        ([1776, 1776, 0, 0, 20, 0], 0, [1776, 1776, 0, 0, 20, 0]),
+        ([300, 3252, 0, 0, 45, 10], 0, [300, 3252, 0, 0, 45, 0]),
+        ([3252, 300, 0, 0, 0, 0], 1, [3280, 272, 0, 0, 0, 5]),
+        ([1500, 2100, 800, 1200, 30, 5], 1, [1528, 2072, 828, 1172, 30, 10]),
+        ([2100, 1500, 1200, 800, 12, 85], 1, [2128, 1472, 1228, 772, 12, 90]),
+        ([0, 3552, 0, 0, 60, 0], 1, [28, 3524, 0, 0, 60, 5]),
+        ([2400, 900, 600, 0, 70, 40], 0, [2400, 900, 600, 0, 70, 0]),
+    ]
+    keep = list(range(6)) if state_dim == 6 else [0, 1, 4]
+    if state_dim not in (3, 6):
+        raise ValueError(f"state_dim must be 3 or 6, got {state_dim}")
+    return [(np.array(s, float)[keep], a, np.array(n, float)[keep]) for s, a, n in rows]
+
+
+def _arrays(transitions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """States, actions, next states from (state, action, next_state) tuples or env Transitions."""
+    triples = [(t.state, t.action, t.next_state) if hasattr(t, "next_state") else t for t in transitions]
+    if not triples:
+        raise ValueError("transitions is empty")
+    states = np.array([np.asarray(s, float) for s, _, _ in triples])
+    next_states = np.array([np.asarray(n, float) for _, _, n in triples])
+    if states.ndim != 2 or states.shape != next_states.shape:
+        raise ValueError(f"transitions: states {states.shape} and next states {next_states.shape} must be (n, dim)")
+    return states, np.array([int(a) for _, a, _ in triples], np.int64), next_states
+
+
+class Worker:
+    """One child process running ``worker.py`` on `code`, in `run_dir`, with limits.
+
+    No static check here: callers check first (`validate_reward_code`, `SandboxedReward`).
+    """
+
+    def __init__(self, code: str, run_dir: str | os.PathLike, memory_mb: int = 512, cpu_s: int = 0,
+                 timeout_s: float = 5.0):
+        script = Path(__file__).with_name("worker.py")
+        env = {"PATH": "", "HOME": str(run_dir), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1"}
+        # -I: ignore PYTHON* variables and the user site; -B: write no bytecode anywhere
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-B", str(script), str(memory_mb), str(cpu_s)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd=run_dir, env=env, start_new_session=True,
+        )
+        self._send(code.encode())
+        self._reply(timeout_s, "loading the code")
+
+    def evaluate(self, states: np.ndarray, actions: np.ndarray, next_states: np.ndarray, timeout_s: float) -> np.ndarray:
+        n, dim = states.shape
+        payload = struct.pack("<ii", n, dim) + states.astype(np.float64).tobytes() + \
+            actions.astype(np.int64).tobytes() + next_states.astype(np.float64).tobytes()
+        self._send(payload)
+        return np.frombuffer(self._reply(timeout_s, f"evaluating {n} transitions"), np.float64)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            stream.close()
+
+    def _send(self, payload: bytes) -> None:
+        try:
+            self.process.stdin.write(struct.pack("<I", len(payload)) + payload)
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            self._died("receiving a request")
+
+    def _reply(self, timeout_s: float, doing: str) -> bytes:
+        deadline = time.monotonic() + timeout_s
+        doing = f"{doing} (limit {timeout_s:g} s)"
+        head = self._read(4, deadline, doing)
+        body = self._read(struct.unpack("<I", head)[0], deadline, doing)
+        if body[:1] != b"\0":
+            raise RewardError(body[1:].decode(errors="replace"))
+        return body[1:]
+
+    def _read(self, size: int, deadline: float, doing: str) -> bytes:
+        data = b""
+        fd = self.process.stdout.fileno()
+        while len(data) < size:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self.close()
+                raise RewardTimeout(f"timed out while {doing}: an infinite or very slow loop? "
+                                    "The worker was killed")
+            chunk = os.read(fd, size - len(data))
+            if not chunk:
+                self._died(doing)
+            data += chunk
+        return data
+
+    def _died(self, doing: str):
+        code = self.process.wait()
+        name = signal.Signals(-code).name if code < 0 else f"exit code {code}"
+        hint = {"SIGXCPU": " (CPU time limit)", "SIGKILL": " (killed, possibly for memory)",
+                "SIGSEGV": " (memory limit?)"}.get(name, "")
+        self.close()
+        raise RewardError(f"the reward worker died with {name}{hint} while {doing}")
+
+
+def validate_reward_code(code: str, timeout_s: float = 5.0, transitions=None, memory_mb: int = 512,
+                         run_dir: str | os.PathLike | None = None) -> RewardCheck:
+    """Check generated reward code before any training (bus seed §4.2; see the module docstring).
+
+    `transitions`: (state, action, next_state) tuples or env ``Transition``s, e.g. recorded in
+    the previous iteration; default `example_transitions` for 6-value states. The code runs in
+    `run_dir` (default: a fresh temporary directory, removed afterwards) with `timeout_s` of
+    wall clock and CPU time and `memory_mb` of memory.
+    """
+    check = static_check(code)
+    if not check.ok:
+        return check
+    states, actions, next_states = _arrays(example_transitions() if transitions is None else transitions)
+    with tempfile.TemporaryDirectory(prefix="reward-") as scratch:
+        worker = None
+        try:
+            worker = Worker(code, run_dir or scratch, memory_mb, cpu_s=int(timeout_s) + 1, timeout_s=timeout_s)
+            values = worker.evaluate(states, actions, next_states, timeout_s)
+        except (RewardError, RewardTimeout) as error:
+            return RewardCheck(False, str(error))
+        finally:
+            if worker is not None:
+                worker.close()
+    for i, value in enumerate(values):
+        if not np.isfinite(value):
+            return RewardCheck(False, f"reward returned {value} for transition {i} "
+                                      f"(current_state {states[i].tolist()}, action {actions[i]}); it must be finite")
+        if abs(value) > BOUND:
+            return RewardCheck(False, f"reward returned {value:.4g} for transition {i}, outside "
+                                      f"[-{BOUND:g}, {BOUND:g}]: avoid extreme reward values")
+    return RewardCheck(True, "ok")
+
+
+class SandboxedReward:
+    """A validated reward, callable like a hand-written one but evaluated in a worker process.
+
+    ``reward(current_state, action, next_state) -> float`` answers one transition;
+    ``reward.batch(states, actions, next_states) -> ndarray`` answers many per round trip
+    (use it where transitions come in batches: one IPC round trip costs tens of µs). A call
+    that exceeds `timeout_s` kills the worker and raises `RewardTimeout`; the next call starts
+    a new worker. Use as a context manager, or call `close`.
+    """
+
+    def __init__(self, code: str, timeout_s: float = 5.0, memory_mb: int = 512,
+                 run_dir: str | os.PathLike | None = None):
+        self._worker: Worker | None = None
+        self._scratch = None
+        check = static_check(code)
+        if not check.ok:
+            raise ValueError(f"reward code rejected: {check.reason}")
+        self.code, self.timeout_s, self.memory_mb = code, timeout_s, memory_mb
+        self._scratch = None if run_dir else tempfile.TemporaryDirectory(prefix="reward-")
+        self.run_dir = Path(run_dir or self._scratch.name)
+
+    def __call__(self, current_state, action, next_state) -> float:
+        state = np.asarray(current_state, float)[None]
+        return float(self.batch(state, np.array([action]), np.asarray(next_state, float)[None])[0])
+
+    def batch(self, states, actions, next_states) -> np.ndarray:
+        states, next_states = np.atleast_2d(states), np.atleast_2d(next_states)
+        if self._worker is None or self._worker.process.poll() is not None:
+            self._worker = Worker(self.code, self.run_dir, self.memory_mb, timeout_s=self.timeout_s)
+        try:
+            return self._worker.evaluate(states, np.asarray(actions), next_states, self.timeout_s)
+        except RewardTimeout:
+            self._worker = None  # killed by Worker; the next call starts afresh
+            raise
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+        if self._scratch is not None:
+            self._scratch.cleanup()
+
+    def __enter__(self) -> "SandboxedReward":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        self.close()
