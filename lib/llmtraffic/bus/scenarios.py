@@ -470,7 +470,7 @@ def generic(index: int, **overrides) -> Scenario:
             if nodes[i] < 0:
                 nodes[i] = len(node_names)
                 node_names.append(f"L{k}/{i}")
-            elif not node_names[nodes[i]].endswith(f"L{k}/{i}"):
+            else:
                 node_names[nodes[i]] += f" = L{k}/{i}"
         gaps = rng.uniform(300, 900, n - 1)
         links = gaps / rng.uniform(5, 7, n - 1)
