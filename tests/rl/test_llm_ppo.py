@@ -113,10 +113,31 @@ def test_group_is_one_generate_call_and_reference_equals_policy_at_start():
     policy.model.generate = lambda **kw: calls.append(kw["input_ids"].shape) or generate(**kw)
     texts, ex = policy.sample("<signal>")
     assert calls == [(8, len(ex.prompt_ids))] and len(texts) == 8
+    policy.score_pending()
     assert 1 <= len(ex.answer_ids) <= 6 and ex.old_logp.shape == ex.answer_ids.shape
     # LoRA B starts at zero: adapters change nothing, so the K3 penalty is exactly 0
     assert torch.allclose(ex.old_logp, ex.ref_logp)
     assert (ex.old_logp <= 0).all()
+
+
+def test_batched_scoring_of_padded_exchanges_equals_one_at_a_time():
+    policy = LMPolicy(*tiny(), PPOConfig(max_new_tokens=6, minibatch_size=4))
+    with torch.no_grad():  # give the adapters weight so policy and reference differ
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(1))
+    exchanges = [policy.sample(prompt)[1] for prompt in ("queue", "queue 3 near 4 near", "<signal>", "NTST 1")]
+    assert len({len(e.prompt_ids) for e in exchanges}) > 1  # prompts of different lengths get padded
+    policy.score_pending()
+    assert policy.pending == []
+    for ex in exchanges:
+        with torch.no_grad():
+            logp, values, _ = policy._evaluate([ex.prompt_ids], [ex.answer_ids])
+            with policy.model.disable_adapter():
+                ref, _, _ = policy._evaluate([ex.prompt_ids], [ex.answer_ids])
+        assert torch.allclose(ex.old_logp, logp[0], atol=1e-5) and torch.allclose(ex.old_values, values[0], atol=1e-5)
+        assert torch.allclose(ex.ref_logp, ref[0], atol=1e-5)
+        assert not torch.allclose(ex.ref_logp, ex.old_logp, atol=1e-3)
 
 
 def test_sampling_is_seeded_by_config_not_global_state():

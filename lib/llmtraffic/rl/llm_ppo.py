@@ -235,22 +235,27 @@ def load_policy_model(source, load_in_4bit: bool = False, device: str | None = N
 @dataclass
 class Exchange:
     """One decision in the buffer (Alg. 1): the prompt, the chosen (first) answer and what
-    PPO needs from the moment it was sampled."""
+    PPO needs from the moment it was sampled.
+
+    ``old_logp``, ``ref_logp`` and ``old_values`` are filled in batches by
+    :meth:`LMPolicy.score_pending` before the policy next changes, which gives exactly the
+    values of the sampling moment at a fraction of the cost of one forward per decision.
+    """
 
     prompt_ids: Tensor
     answer_ids: Tensor
-    old_logp: Tensor
-    """log pi_old of each answer token."""
-    ref_logp: Tensor
-    """log pi_ref (adapters disabled) of each answer token."""
-    old_values: Tensor
-    """V_phi(s_l) before each answer token."""
     texts: list[str] = field(default_factory=list)
     """All G decoded answers; ``texts[0]`` is the action."""
     reward: float | None = None
     """Decision reward R (eq. 14), set once the environment has answered."""
     time_s: float = 0.0
     """Simulation time of the decision (the schedule's buffer keeps the last 400 s)."""
+    old_logp: Tensor | None = None
+    """log pi_old of each answer token."""
+    ref_logp: Tensor | None = None
+    """log pi_ref (adapters disabled) of each answer token."""
+    old_values: Tensor | None = None
+    """V_phi(s_l) before each answer token."""
 
 
 class LMPolicy:
@@ -273,6 +278,8 @@ class LMPolicy:
             self.value_head.parameters(), lr=cfg.critic_lr, weight_decay=cfg.critic_weight_decay
         )
         self.updates = 0
+        self.pending: list[Exchange] = []
+        """Exchanges sampled since the last update, not yet scored."""
 
     @property
     def device(self) -> torch.device:
@@ -302,7 +309,8 @@ class LMPolicy:
             )
         answers = [self._trim(row) for row in out[:, prompt_ids.shape[1]:]]
         texts = [tok.decode(a, skip_special_tokens=True) for a in answers]
-        exchange = self._exchange(prompt_ids[0], answers[0], texts)
+        exchange = Exchange(prompt_ids[0].cpu(), answers[0].cpu(), texts)
+        self.pending.append(exchange)
         return texts, exchange
 
     def _rng_devices(self) -> list:
@@ -314,14 +322,25 @@ class LMPolicy:
         answer = answer[: int(eos[0]) + 1] if len(eos) else answer
         return answer if len(answer) else answer.new_tensor([self.tokenizer.eos_token_id])
 
-    def _exchange(self, prompt_ids: Tensor, answer_ids: Tensor, texts: list[str]) -> Exchange:
+    def score_pending(self) -> None:
+        """Fill log pi_old, log pi_ref and V_old of the exchanges sampled since the last update.
+
+        The policy and value head have not changed since these were sampled, so scoring them now,
+        batched, gives the values of the sampling moment (Alg. 1).
+        """
+        self.model.eval()
         with torch.no_grad():
-            logp, values, _ = self._evaluate([prompt_ids], [answer_ids])
-            with self.model.disable_adapter():  # pi_ref: the same base without adapters
-                ref_logp, _, _ = self._evaluate([prompt_ids], [answer_ids])
-        n = len(answer_ids)
-        return Exchange(prompt_ids.cpu(), answer_ids.cpu(), logp[0, :n].cpu(), ref_logp[0, :n].cpu(),
-                        values[0, :n].cpu(), texts)
+            for start in range(0, len(self.pending), self.cfg.minibatch_size):
+                batch = self.pending[start : start + self.cfg.minibatch_size]
+                prompts, answers = [e.prompt_ids for e in batch], [e.answer_ids for e in batch]
+                logp, values, _ = self._evaluate(prompts, answers)
+                with self.model.disable_adapter():  # pi_ref: the same base without adapters
+                    ref_logp, _, _ = self._evaluate(prompts, answers)
+                for row, ex in enumerate(batch):
+                    n = len(ex.answer_ids)
+                    ex.old_logp, ex.ref_logp, ex.old_values = (
+                        t[row, :n].cpu() for t in (logp, ref_logp, values))
+        self.pending = []
 
     def _evaluate(self, prompts: list[Tensor], answers: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """Log-probabilities and values at each answer token of a right-padded batch.
@@ -367,6 +386,9 @@ class LMPolicy:
         cfg = self.cfg
         if not buffer:
             raise ValueError("update: the buffer is empty")
+        self.score_pending()
+        if any(ex.old_logp is None for ex in buffer):
+            raise ValueError("update: an exchange in the buffer was not sampled by this policy")
         targets = [self.advantages(ex) for ex in buffer]
         stats: dict[str, list[float]] = {"policy_loss": [], "value_loss": [], "clip_frac": [], "kl": []}
         self.model.train()
