@@ -1,0 +1,100 @@
+"""Wiring of the reward-design loop to the bus simulator: train agents on a reward, test them.
+
+``design_reward(setup, designer, loop)`` runs the §4 paradigm where every candidate reward is
+validated in the sandbox, then a shared DQN is trained on it (the reward evaluated in a sandboxed
+worker process, never in the notebook's process) and tested greedily on held-out seeds. The
+analyzer gets the training-return curve, the test metrics and the last test transitions (§4.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ...rl.dqn import DQNConfig
+from ..env import HoldingEnv
+from ..scenarios import Scenario
+from ..training import DQNController, TEST_METRICS, evaluate, train_holding
+from .loop import Designer, LoopConfig, Outcome, Trial, run_loop
+from .rules import Weights, render
+from .sandbox import SandboxedReward, validate_reward_code
+
+EXPERT_CODE = render(Weights())
+"""The warm start: the RL-local expert reward (``rewards.rl_local``) written as code; a test
+checks the two agree."""
+
+
+@dataclass
+class DesignSetup:
+    """How each candidate reward is trained and tested."""
+
+    scenario: Scenario
+    dqn: DQNConfig
+    test_seeds: list[int] = field(default_factory=lambda: [0])
+    """Held-out test episodes (the training episodes use seeds from 1,000,000 up)."""
+    train_horizon_s: float | None = None
+    """Training episode length (None: the scenario's; case 2 trains on 2 h, §5.1)."""
+    test_horizon_s: float | None = None
+    last_transitions: int = 20
+    """Test transitions shown to the analyzer."""
+    reward_timeout_s: float = 5.0
+    """Per-call limit on generated reward code during training."""
+
+
+@dataclass
+class Designed:
+    """A trained reward: the code, the agent trained on it and its test metrics."""
+
+    code: str
+    controller: DQNController
+    trial: Trial
+
+
+def mean_metrics(per_seed: list[dict]) -> dict[str, float]:
+    keys = (*TEST_METRICS, "incomplete_share")
+    return {k: float(np.mean([m[k] for m in per_seed])) for k in keys}
+
+
+def last_transitions(setup: DesignSetup, controller: DQNController, reward: SandboxedReward) -> list[dict]:
+    """The last transitions of a greedy test episode on the first test seed, for the analyzer."""
+    env = HoldingEnv(setup.scenario, reward, seed=setup.test_seeds[0], horizon_s=setup.test_horizon_s)
+    env.reset(seed=setup.test_seeds[0])
+    kept: list[dict] = []
+    for _ in env.agent_iter():
+        obs, _, terminated, truncated, info = env.last()
+        env.step(None if terminated or truncated else int(controller.act(obs, info)))
+        for t in env.pop_transitions():
+            kept.append({"agent": t.agent, "state": np.round(t.state, 1).tolist(), "action": t.action,
+                         "reward": round(t.reward, 3), "next_state": np.round(t.next_state, 1).tolist()})
+        kept = kept[-setup.last_transitions:]
+    return kept
+
+
+def train_and_test(setup: DesignSetup, code: str, seed: int | None = None) -> Designed:
+    """Train a shared DQN on sandboxed ``code`` and test it on ``setup.test_seeds``."""
+    cfg = setup.dqn if seed is None else replace(setup.dqn, seed=seed)
+    with SandboxedReward(code, timeout_s=setup.reward_timeout_s) as reward:
+        agent, history = train_holding(setup.scenario, reward, cfg, horizon_s=setup.train_horizon_s, test_seed=None)
+        controller = DQNController(agent.greedy_policy(), name="LLM-enhanced RL")
+        transitions = last_transitions(setup, controller, reward)
+    per_seed = [evaluate(setup.scenario, controller, s, setup.test_horizon_s) for s in setup.test_seeds]
+    trial = Trial(mean_metrics(per_seed), [h["return"] for h in history], transitions)
+    return Designed(code, controller, trial)
+
+
+def design_reward(setup: DesignSetup, designer: Designer, loop: LoopConfig,
+                  expert_code: str = EXPERT_CODE, progress: bool = True) -> tuple[Outcome, Designed]:
+    """Run the loop; return its outcome and the best reward with the agent trained on it."""
+    trained: dict[str, Designed] = {}
+
+    def evaluate_code(code: str, iteration: int) -> Trial:
+        trained[code] = train_and_test(setup, code)
+        return trained[code].trial
+
+    def validate(code: str) -> tuple[bool, str]:
+        check = validate_reward_code(code)
+        return check.ok, check.reason
+
+    outcome = run_loop(designer, evaluate_code, validate, loop, expert_code=expert_code, progress=progress)
+    return outcome, trained[outcome.best_code]
