@@ -1,0 +1,77 @@
+"""LLM designers for the reward-design loop: the paper's modules and two existing methods.
+
+:class:`LLMDesigner` asks an :class:`~llmtraffic.llm.LLM` through the prompts of Appendix A
+(initializer A.1, modifier A.2, analyzer A.3, refiner A.4, and a repair prompt carrying a rejected
+candidate's reason). The existing LLM-enhanced RL methods the seed compares with (§5.2.4) are the
+same designer under other loop settings, see :func:`method`:
+
+* ``paradigm`` — ours: analyzer + modifier + refiner, warm start.
+* ``eureka`` — Eureka-style: ``k`` samples per iteration, reflection on the training statistics
+  (the modifier sees the raw results, no analyzer), no refiner, cold start.
+* ``critic`` — an LLM critic reviews each reward *from its code alone* (no training or test
+  feedback) and the modifier follows its critique; no refiner. This is our reading of the
+  seed's critic variant (it names the variant without a full protocol).
+* ``one_shot`` — the initializer's reward, trained once, no iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...llm import LLM
+from . import prompts
+from .extract import extract_code
+from .loop import LoopConfig, Reply, Trial
+
+
+class LLMDesigner:
+    """The :class:`~.loop.Designer` protocol answered by an LLM."""
+
+    def __init__(self, llm: LLM, setting: prompts.Setting, temperature: float = 0.7,
+                 max_tokens: int = 1500, seed: int | None = 0, critic: bool = False):
+        self.llm, self.setting = llm, setting
+        self.temperature, self.max_tokens, self.seed = temperature, max_tokens, seed
+        self.critic = critic
+        self.name = f"{llm.backend.model}" + (" (critic)" if critic else "")
+
+    def _ask(self, messages: list[dict]) -> str:
+        return self.llm.complete(messages, n=1, temperature=self.temperature,
+                                 max_tokens=self.max_tokens, seed=self.seed)[0]
+
+    def _code(self, messages: list[dict]) -> Reply:
+        text = self._ask(messages)
+        return Reply(extract_code(text), prompt=messages[-1]["content"], response=text)
+
+    def initial(self) -> Reply:
+        return self._code(prompts.initializer(self.setting))
+
+    def analyze(self, code: str, trial: Trial) -> str:
+        if self.critic:  # judge the code alone: no training curve, no test results
+            return self._ask(prompts.analyzer(self.setting, code, [], {}))
+        return self._ask(prompts.analyzer(self.setting, code, trial.curve, trial.metrics, trial.transitions))
+
+    def modify(self, code: str, trial: Trial, analysis: str | None) -> Reply:
+        feedback = analysis or prompts.results(trial.curve, trial.metrics, trial.transitions)
+        return self._code(prompts.modifier(self.setting, code, feedback))
+
+    def refine(self, failed_code: str, failed: Trial, best_code: str, best: Trial) -> Reply:
+        return self._code(prompts.refiner(self.setting, failed_code, failed.metrics, best_code, best.metrics))
+
+    def repair(self, code: str, reason: str) -> Reply:
+        return self._code(prompts.repair(self.setting, code, reason))
+
+
+METHODS = ("paradigm", "eureka", "critic", "one_shot")
+
+
+def method(name: str, base: LoopConfig, k: int = 3) -> tuple[LoopConfig, bool]:
+    """Loop settings of a §5.2.4 method and whether its designer is a critic (see module doc)."""
+    if name == "paradigm":
+        return base, False
+    if name == "eureka":
+        return replace(base, candidates=k, analyzer=False, refiner=False, start="cold"), False
+    if name == "critic":
+        return replace(base, refiner=False, start="cold"), True
+    if name == "one_shot":
+        return replace(base, iterations=0, start="cold"), False
+    raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
