@@ -81,6 +81,13 @@ def test_analyzer_sees_thinned_curve_metrics_and_the_last_transitions():
     assert "Do not write code" in user
 
 
+def test_analyzer_without_results_is_the_critic():
+    user = prompts.analyzer(MULTI, CODE, [], {})[1]["content"]
+    assert user == prompts.critic(MULTI, CODE)[1]["content"]
+    assert "review the reward function from its code alone" in user
+    assert CODE.strip() in user and "## Results" not in user and "Test metrics" not in user
+
+
 def test_modifier_refiner_and_repair_carry_their_inputs():
     p = all_prompts(SINGLE)
     assert "Holding is too long." in p["modifier"][1]["content"]

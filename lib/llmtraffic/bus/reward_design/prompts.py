@@ -211,9 +211,17 @@ def initializer(s: Setting) -> list[dict]:
     return _messages(DESIGNER, _header(s) + "\n\n" + code_rules(s, "Write the initial reward function."))
 
 
+ANALYST = ("You analyse the training and test performance of reinforcement-learning agents for bus "
+           "holding and diagnose their reward function.")
+
+
 def analyzer(s: Setting, code: str, curve: Sequence[float], metrics: Mapping[str, float],
              transitions: Sequence = ()) -> list[dict]:
-    """Performance analyzer (App. A.3): causes of inefficiency and suggestions, no code."""
+    """Performance analyzer (App. A.3): causes of inefficiency and suggestions, no code.
+
+    Without test metrics this is the `critic` prompt (the code alone is reviewed)."""
+    if not metrics:
+        return critic(s, code)
     user = "\n\n".join([
         _header(s),
         f"## Reward used\n```python\n{code.strip()}\n```",
@@ -224,8 +232,22 @@ def analyzer(s: Setting, code: str, curve: Sequence[float], metrics: Mapping[str
         "rewards they earned, and the test metrics. Name possible causes of inefficiency and give "
         "concrete suggestions to improve the reward function. Do not write code.",
     ])
-    return _messages("You analyse the training and test performance of reinforcement-learning "
-                     "agents for bus holding and diagnose their reward function.", user)
+    return _messages(ANALYST, user)
+
+
+def critic(s: Setting, code: str) -> list[dict]:
+    """Critic variant of the analyzer (§5.2.4 compares with it): the reward is reviewed from its
+    code alone, without training or test results."""
+    user = "\n\n".join([
+        _header(s),
+        f"## Reward to review\n```python\n{code.strip()}\n```",
+        "## Output instructions\n"
+        "No training or test results are available: review the reward function from its code "
+        "alone. Name terms that could make the agents hold too much or too little, unbalanced "
+        "or extreme values and states where it misbehaves, and give concrete suggestions to "
+        "improve it. Do not write code.",
+    ])
+    return _messages(ANALYST, user)
 
 
 def modifier(s: Setting, code: str, feedback: str) -> list[dict]:
