@@ -52,6 +52,14 @@ def test_paper_final_adds_other_line_balance_at_shared_stop():
     assert paper_final(before, 0, after) == pytest.approx(-1.0)
 
 
+def test_co_located_buses_count_as_fully_bunched():
+    bunched, apart = [0, 0, 0, 0, 10, 0], [0, 1000, 0, 0, 10, 0]
+    assert headway_cv(bunched) == headway_cv(apart) == 1.0
+    assert rl_local(S, 0, bunched) == -100.0
+    assert rl_global(bunched, 0, [500, 1500, 0, 0, 10, 0]) == pytest.approx(50.0)
+    assert paper_final(S, 0, bunched) == pytest.approx(-2.0)
+
+
 def test_malformed_states_are_rejected_by_name():
     with pytest.raises(ValueError, match="current_state must hold the 6 values"):
         rl_local([1, 2, 3], 0, S)

@@ -39,20 +39,24 @@ def _state(x, name: str) -> np.ndarray:
 
 
 def _imbalance(fwd: float, bwd: float) -> float:
-    """|h_f - h_b| / (h_f + h_b): 0 when the bus sits midway, 1 when it touches a neighbour."""
+    """|h_f - h_b| / (h_f + h_b): 0 when the bus sits midway, 1 when it touches a neighbour.
+
+    Both headways 0 means another bus stands at the same spot (or no other bus runs): the
+    worst case, 1, the limit of a pair as one headway shrinks to 0."""
     total = fwd + bwd
-    return abs(fwd - bwd) / total if total > 0 else 0.0
+    return abs(fwd - bwd) / total if total > 0 else 1.0
 
 
 def headway_cv(state) -> float:
     """Coefficient of variation (population std / mean) of the headways the state shows.
 
     The same-line pair always; the other-line pair too when both are non-zero (a shared stop).
+    All-zero headways (a bus at the same spot) count as fully bunched: 1, like a pair (h, 0).
     """
     s = np.asarray(state, dtype=float)
     h = s[:4] if s[2] > 0 and s[3] > 0 else s[:2]
     mean = h.mean()
-    return float(h.std() / mean) if mean > 0 else 0.0
+    return float(h.std() / mean) if mean > 0 else 1.0
 
 
 def rl_local(current_state, action, next_state) -> float:
@@ -100,9 +104,10 @@ AVG_CAPACITY = 50.0
 
 
 def _balance_penalty(fwd: float, bwd: float) -> float:
-    """Sum of |headway - ideal| / ideal with ideal = the mean of the pair (0 if both are 0)."""
+    """Sum of |headway - ideal| / ideal with ideal = the mean of the pair; 2 (its maximum,
+    one headway 0) when both are 0, i.e. another bus stands at the same spot."""
     ideal = (fwd + bwd) / 2.0
-    return (abs(fwd - ideal) + abs(bwd - ideal)) / ideal if ideal > 0 else 0.0
+    return (abs(fwd - ideal) + abs(bwd - ideal)) / ideal if ideal > 0 else 2.0
 
 
 def paper_final(current_state, action, next_state) -> float:
