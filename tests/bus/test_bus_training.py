@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from llmtraffic.bus import Controller, scenarios, simulate
-from llmtraffic.bus.training import DQNController, episode_seed, evaluate, resolve_reward, train_holding
+from llmtraffic.bus.evaluation import evaluate
+from llmtraffic.bus.training import DQNController, episode_seed, resolve_reward, train_holding
 from llmtraffic.rl.dqn import DQNConfig
 
 SCALE = (1000.0,) * 4 + (10.0, 10.0)

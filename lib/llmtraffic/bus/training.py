@@ -15,13 +15,11 @@ import numpy as np
 
 from ..rl.dqn import DQNAgent, DQNConfig, GreedyPolicy, train
 from .env import HoldingEnv
+from .evaluation import MEASURES, evaluate
 from .rewards import REWARDS
 from .scenarios import Scenario
-from .sim import simulate
 
 RewardFn = Callable[[np.ndarray, int, np.ndarray], float]
-TEST_METRICS = ("headway_sd_s", "travel_time_s", "wait_time_s", "hold_time_s")
-"""The four Table 1 measures (§5.1), recorded for the greedy policy during training."""
 
 
 class DQNController:
@@ -49,13 +47,6 @@ def resolve_reward(reward: str | RewardFn) -> RewardFn:
     if reward not in REWARDS:
         raise ValueError(f"unknown reward {reward!r}; known: {sorted(REWARDS)}")
     return REWARDS[reward]
-
-
-def evaluate(scenario: Scenario, controller, seed: int, horizon_s: float | None = None) -> dict:
-    """Metrics of one test episode (no trajectories): the four Table 1 measures, incomplete
-    share and per-stop headway SD (``by_stop``)."""
-    m = simulate(scenario, controller, seed=seed, horizon_s=horizon_s).metrics
-    return {**{k: m[k] for k in (*TEST_METRICS, "incomplete_share")}, "by_stop": m["by_stop"]}
 
 
 def train_holding(
@@ -95,7 +86,7 @@ def train_holding(
         stats = {"return": total, "decisions": decisions, "hold_share": holds / max(decisions, 1)}
         if test_seed is not None:
             test = evaluate(scenario, DQNController(agent.greedy_policy()), test_seed, horizon_s)
-            stats |= {f"test_{k}": test[k] for k in TEST_METRICS}
+            stats |= {f"test_{k}": test[k] for k in MEASURES}
         return stats
 
     history = train(agent, run_episode, cfg, checkpoint_dir=checkpoint_dir)

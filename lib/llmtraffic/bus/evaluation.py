@@ -1,0 +1,65 @@
+"""Test episodes and the tables of the bus study (§5.1 measures, Table 1 layout, relative changes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .scenarios import Scenario
+from .sim import simulate
+
+MEASURES = {
+    "headway_sd_s": "Headway SD (s)",
+    "travel_time_s": "Avg travel time (s)",
+    "wait_time_s": "Avg waiting time (s)",
+    "hold_time_s": "Avg holding time (s)",
+}
+"""The four evaluation measures of §5.1 (metric key → Table 1 column)."""
+
+
+def evaluate(scenario: Scenario, controller, seed: int, horizon_s: float | None = None) -> dict:
+    """Metrics of one test episode (no trajectories): the §5.1 measures, incomplete share and
+    per-stop headway SD (``by_stop``)."""
+    m = simulate(scenario, controller, seed=seed, horizon_s=horizon_s).metrics
+    return {**{k: m[k] for k in (*MEASURES, "incomplete_share")}, "by_stop": m["by_stop"]}
+
+
+def evaluate_method(method: str, controller, scenario: Scenario, seed: int, horizon_s: float | None = None) -> dict:
+    """:func:`evaluate` labelled with its method and seed (one job of a seeds × methods grid)."""
+    return {"method": method, "seed": seed, **evaluate(scenario, controller, seed, horizon_s)}
+
+
+def mean_std_table(rows: pd.DataFrame, methods: list[str]) -> pd.DataFrame:
+    """Table 1 layout: one row per method, each measure as 'mean ± std' over the rows' seeds.
+
+    Methods without rows (e.g. LLM rows with no backend) are left out; add them explicitly."""
+    missing = set(MEASURES) - set(rows.columns)
+    if missing:
+        raise ValueError(f"mean_std_table: rows lack the measure column(s) {sorted(missing)}")
+    stats = rows.groupby("method")[list(MEASURES)].agg(["mean", "std"])
+    table = pd.DataFrame(index=pd.Index([m for m in methods if m in stats.index], name="method"))
+    for key, label in MEASURES.items():
+        table[label] = [f"{stats.at[m, (key, 'mean')]:.1f} ± {stats.at[m, (key, 'std')]:.1f}" for m in table.index]
+    return table
+
+
+def relative_change(rows: pd.DataFrame, method: str, reference: str, measure: str) -> float:
+    """100 · (mean of ``method`` − mean of ``reference``) / mean of ``reference`` for one measure,
+    as the seed reports its comparisons (§5.2.2: e.g. −59.50 % headway SD vs RL-local)."""
+    means = rows.groupby("method")[measure].mean()
+    for name in (method, reference):
+        if name not in means.index:
+            raise ValueError(f"relative_change: no rows for method {name!r}; have {sorted(means.index)}")
+    return float(100.0 * (means[method] - means[reference]) / means[reference])
+
+
+def per_stop_sd(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds of each stop's headway SD: one column per method, one row per stop
+    (single-line scenarios; stops keyed 'line/index' when there are several lines)."""
+    out = {}
+    for method, group in rows.groupby("method", sort=False):
+        stacked = [np.concatenate([np.asarray(v, float) for v in by_stop.values()]) for by_stop in group["by_stop"]]
+        out[method] = np.nanmean(np.vstack(stacked), axis=0)
+    first = rows["by_stop"].iloc[0]
+    index = [f"{line}/{i}" if len(first) > 1 else i for line, sds in first.items() for i in range(len(sds))]
+    return pd.DataFrame(out, index=pd.Index(index, name="stop"))
