@@ -11,7 +11,7 @@ import pytest
 
 
 class ChatServer:
-    """Answers POST /v1/chat/completions from a script of (status, body, delay_s) steps.
+    """Answers POST /v1/chat/completions from a script of (status, body, delay_s[, headers]) steps.
 
     `body` is a dict (sent as JSON) or a str (sent raw). The last step repeats when the
     script runs out. Every request (path, headers, JSON body) is kept in `requests`.
@@ -30,13 +30,15 @@ class ChatServer:
                 with server._lock:
                     server.requests.append({"path": self.path, "headers": dict(self.headers), "body": request})
                     step = server.script.pop(0) if len(server.script) > 1 else server.script[0]
-                status, body, delay = step
+                status, body, delay, *headers = step
                 time.sleep(delay)
                 payload = body if isinstance(body, str) else json.dumps(body)
                 try:
                     self.send_response(status)
                     self.send_header("content-type", "application/json")
                     self.send_header("content-length", str(len(payload.encode())))
+                    for name, value in (headers[0] if headers else {}).items():
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(payload.encode())
                 except (BrokenPipeError, ConnectionResetError):  # the client timed out first

@@ -1,5 +1,7 @@
 """The `openai` backend against a real chat-completions server on loopback."""
 
+import time
+
 import pytest
 
 from llmtraffic import llm
@@ -20,6 +22,13 @@ def test_429_then_200_is_retried_and_sends_the_request(chat_server, openai_cfg):
     }
     usage = model.usage()
     assert (usage.calls, usage.live_calls, usage.prompt_tokens, usage.completion_tokens) == (1, 1, 11, 5)
+
+
+def test_retry_after_header_is_a_lower_bound_on_the_wait(chat_server, openai_cfg):
+    chat_server.script = [(429, "busy", 0, {"Retry-After": "0.4"}), (200, chat_server.completion("ok"), 0)]
+    start = time.perf_counter()
+    assert llm.from_config(openai_cfg).complete(HELLO) == ["ok"]
+    assert time.perf_counter() - start >= 0.4  # backoff_s is 0.01: only the header explains the wait
 
 
 def test_5xx_until_retries_run_out_names_the_status(chat_server, openai_cfg):
