@@ -1,14 +1,22 @@
 """Classic signal controllers of OracleTSC Table 1, configured as LibSignal configures them.
 
-Every controller — these, the deep-RL ones in :mod:`llmtraffic.signal.rl` and the LLM policy —
+Every controller — these, the deep-RL ones (IDQN, PressLight) and the LLM policy —
 implements one interface: ``act(state) -> int`` returns the index of the green phase for the
 next decision slot; ``reset(seed)`` (optional) is called before each episode.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
+from llmtraffic.rl.dqn import DQNAgent, DQNConfig
+from llmtraffic.rl.dqn import train as dqn_train
+
+from .env import SignalConfig, SignalEnv, lane_counts_phase, negative_queue
+from .scenarios import Scenario
 from .state import IntersectionState, Phase
 
 
@@ -93,3 +101,89 @@ class SOTL:
     def __repr__(self) -> str:
         return (f"SOTL(t_min={self.t_min}, min_green_vehicle={self.min_green_vehicle}, "
                 f"max_red_vehicle={self.max_red_vehicle})")
+
+
+# Deep RL: IDQN and PressLight on the shared DQN core -------------------------------------
+
+def pressure_observation(state: IntersectionState) -> np.ndarray:
+    """PressLight state (Wei et al. 2019): §3.1 segment counts per incoming lane, vehicles per
+    outgoing lane, one-hot phase."""
+    out = np.asarray(list(state.outgoing.values()), np.float32)
+    base = lane_counts_phase(state)
+    n = len(state.phases)
+    return np.concatenate([base[:-n], out, base[-n:]])
+
+
+def pressure_reward(prev: IntersectionState, action: int, state: IntersectionState) -> float:
+    """PressLight reward: −|vehicles on incoming lanes − vehicles on outgoing lanes|."""
+    inflow = sum(lane_vehicles(state, lane) for lane in state.lanes)
+    return -abs(float(inflow - sum(state.outgoing.values())))
+
+
+@dataclass
+class DeepRLConfig:
+    """Training of IDQN / PressLight on one intersection (LibSignal-like settings)."""
+
+    dqn: DQNConfig = field(default_factory=lambda: DQNConfig(
+        hidden=(64, 64), lr=1e-3, gamma=0.9, batch_size=64, updates_per_episode=120,
+        buffer_size=20_000, learning_starts=360, eps_start=1.0, eps_end=0.05,
+        eps_decay_episodes=8, eps_final=0.05, episodes=12, target_network=True,
+        target_update_every=100, huber=True))
+    """The shared DQN core's hyperparameters (one decision = one 10-s slot)."""
+    episode_s: int = 3600
+    """Simulated seconds per training episode."""
+    reward_scale: float = 0.1
+    """Rewards are multiplied by this before they are stored, keeping Q-values of order 10."""
+    count_scale: float = 10.0
+    """Vehicle counts in the observation are divided by this (the one-hot phase is not)."""
+    seed: int = 0
+    """Training episode ``k`` runs SUMO with seed ``seed * 1000 + k``."""
+
+
+class IDQN:
+    """Independent DQN (LibSignal): observation = lane counts + phase, reward = −queue."""
+
+    observation = staticmethod(lane_counts_phase)
+    reward = staticmethod(negative_queue)
+
+    def __init__(self, agent: DQNAgent):
+        self.agent = agent
+
+    def act(self, state: IntersectionState) -> int:
+        return self.agent.act(self.observation(state), explore=False)
+
+    def __repr__(self) -> str:
+        return type(self).__name__
+
+
+class PressLight(IDQN):
+    """PressLight (Wei et al. 2019): pressure observation and reward on the same DQN core."""
+
+    observation = staticmethod(pressure_observation)
+    reward = staticmethod(pressure_reward)
+
+
+def train(kind: type[IDQN], scenario: Scenario | str, cfg: DeepRLConfig | None = None,
+          checkpoint_dir: str | None = None) -> tuple[IDQN, list[dict]]:
+    """Train an :class:`IDQN` or :class:`PressLight` controller; returns it and the per-episode history."""
+    cfg = cfg or DeepRLConfig()
+    env_cfg = SignalConfig(episode_s=cfg.episode_s)
+    with SignalEnv(scenario, env_cfg, observation=kind.observation, reward=kind.reward, seed=cfg.seed) as env:
+        n = env.action_space.n
+        dim = env.observation_space.shape[0]
+        scale = (cfg.count_scale,) * (dim - n) + (1.0,) * n
+        agent = DQNAgent(dim, n, replace(cfg.dqn, obs_scale=scale))
+
+        def episode(agent: DQNAgent, k: int) -> dict:
+            obs, _ = env.reset(seed=cfg.seed * 1000 + k)
+            total, done = 0.0, False
+            while not done:
+                action = agent.act(obs, explore=True)
+                nxt, reward, terminated, truncated, _ = env.step(action)
+                agent.remember(obs, action, reward * cfg.reward_scale, nxt, terminated)
+                obs, total, done = nxt, total + reward, terminated or truncated
+            summary = env.summary()
+            return {"return": total, **{k: summary[k] for k in ("queue", "travel_time_s", "throughput")}}
+
+        history = dqn_train(agent, episode, agent.cfg, checkpoint_dir)
+    return kind(agent), history
