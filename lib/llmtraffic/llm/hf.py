@@ -30,6 +30,7 @@ def load(path: str | os.PathLike, quantization: str | None = None, device: str =
         options["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
         )
+        options["device_map"] = {"": device}  # 4-bit weights are quantised where they load
     model = AutoModelForCausalLM.from_pretrained(path, **options)
     if quantization is None:
         model = model.to(device)
