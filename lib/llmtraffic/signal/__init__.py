@@ -1,13 +1,14 @@
 """OracleTSC study: SUMO signal environment, scenarios, LibSignal metrics and baselines."""
 
-from .baselines import SOTL, Controller, FixedTime, MaxPressure
+from .baselines import IDQN, SOTL, Controller, DeepRLConfig, FixedTime, MaxPressure, PressLight, train
 from .env import SignalConfig, SignalEnv, SignalState, lane_counts_phase, negative_queue, queue_difference
-from .evaluation import evaluate, run_episode
+from .evaluation import evaluate, evaluate_method, mean_std_table, run_episode
 from .scenarios import Scenario, SyntheticScenario, load
 from .state import IntersectionState, LaneCounts, Movement, Phase
 
 __all__ = [
-    "SOTL", "Controller", "FixedTime", "IntersectionState", "LaneCounts", "MaxPressure", "Movement",
-    "Phase", "Scenario", "SignalConfig", "SignalEnv", "SignalState", "SyntheticScenario", "evaluate",
-    "lane_counts_phase", "load", "negative_queue", "queue_difference", "run_episode",
+    "IDQN", "SOTL", "Controller", "DeepRLConfig", "FixedTime", "IntersectionState", "LaneCounts",
+    "MaxPressure", "Movement", "Phase", "PressLight", "Scenario", "SignalConfig", "SignalEnv",
+    "SignalState", "SyntheticScenario", "evaluate", "evaluate_method", "lane_counts_phase", "load",
+    "mean_std_table", "negative_queue", "queue_difference", "run_episode", "train",
 ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 
 import libsumo as ls
+import pandas as pd
 
-from .baselines import Controller
+from .baselines import SOTL, Controller, FixedTime, MaxPressure
 from .env import SignalConfig, SignalEnv
 from .scenarios import Scenario, load
 
@@ -39,3 +40,50 @@ def evaluate(scenario: Scenario | str, controller: Controller, seed: int = 0, ep
     return {**result, "scenario": scenario.name, "controller": repr(controller), "seed": seed,
             **{f"config_{k}": v for k, v in asdict(cfg).items()},
             "sumo_version": ls.getVersion()[1]}
+
+
+# Table 1 of the OracleTSC seed ----------------------------------------------------------
+
+CLASSIC = {
+    "FixedTime (t_fixed=10)": lambda: FixedTime(10),
+    "FixedTime (t_fixed=30)": lambda: FixedTime(30),
+    "MaxPressure": lambda: MaxPressure(t_min=10),
+    "SOTL": lambda: SOTL(t_min=5, min_green_vehicle=3, max_red_vehicle=6),
+}
+"""The fixed-control and rule-based rows of Table 1, as LibSignal configures them."""
+
+COLUMNS = {"travel_time_s": "Travel Time", "queue": "Queue", "delay": "Delay", "throughput": "Throughput",
+           "travel_time_all_s": "Travel Time (all)"}
+"""Result keys → Table 1 column names (the last is ours: unfinished trips counted too)."""
+
+
+def evaluate_method(method: str, scenario: str, seed: int, episode_s: int = 3600,
+                    controller: Controller | None = None) -> dict:
+    """:func:`evaluate` for a named row of Table 1; ``controller`` for trained ones."""
+    if controller is None:
+        if method not in CLASSIC:
+            raise ValueError(f"method {method!r} needs a trained controller; classic ones: {sorted(CLASSIC)}")
+        controller = CLASSIC[method]()
+    return {"method": method, **evaluate(scenario, controller, seed=seed, episode_s=episode_s)}
+
+
+def mean_std_table(rows: pd.DataFrame, methods: list[str], scenario: str) -> pd.DataFrame:
+    """Table 1 layout for one scenario: ``mean ± std`` over seeds per method, plus deadlocked runs.
+
+    Deadlocked runs stay in the means (as in LibSignal's numbers) and are counted, with the
+    times they began, in the ``Deadlocks`` column.
+    """
+    out = {}
+    for method in methods:
+        runs = rows[(rows["method"] == method) & (rows["scenario"] == scenario)]
+        if runs.empty:
+            continue
+        cells = {}
+        for key, name in COLUMNS.items():
+            digits = 0 if key == "throughput" else (2 if key == "delay" else 1)
+            cells[name] = f"{runs[key].mean():.{digits}f} ± {runs[key].std(ddof=0):.{digits}f}"
+        stuck = runs[runs["deadlock"]]
+        cells["Deadlocks"] = f"{len(stuck)}/{len(runs)}" + (
+            " (from " + ", ".join(f"{t:.0f} s" for t in stuck["deadlock_time_s"]) + ")" if len(stuck) else "")
+        out[method] = cells
+    return pd.DataFrame.from_dict(out, orient="index").rename_axis("Method")
