@@ -39,6 +39,6 @@ def test_rules_loop_on_case1_never_accepts_beyond_the_slack():
     assert len(best.trial.curve) == 2 and len(best.trial.transitions) == 20
     assert set(best.trial.transitions[0]) == {"agent", "state", "action", "reward", "next_state"}
     # the agent that comes back is the one trained on the best reward: same test result again
-    from llmtraffic.bus.training import evaluate
+    from llmtraffic.bus.evaluation import evaluate
     again = np.mean([evaluate(setup.scenario, best.controller, s, 3600)["travel_time_s"] for s in (0, 1)])
     assert again == pytest.approx(best.trial.travel_time)

@@ -15,7 +15,8 @@ import numpy as np
 from ...rl.dqn import DQNConfig
 from ..env import HoldingEnv
 from ..scenarios import Scenario
-from ..training import DQNController, TEST_METRICS, evaluate, train_holding
+from ..evaluation import MEASURES, evaluate
+from ..training import DQNController, train_holding
 from .loop import Designer, LoopConfig, Outcome, Trial, run_loop
 from .rules import Weights, render
 from .sandbox import SandboxedReward, validate_reward_code
@@ -52,7 +53,7 @@ class Designed:
 
 
 def mean_metrics(per_seed: list[dict]) -> dict[str, float]:
-    keys = (*TEST_METRICS, "incomplete_share")
+    keys = (*MEASURES, "incomplete_share")
     return {k: float(np.mean([m[k] for m in per_seed])) for k in keys}
 
 
