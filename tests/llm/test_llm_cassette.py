@@ -92,3 +92,11 @@ def test_malformed_cassette_line_is_named(tmp_path):
     path.write_text('{"key": "k", "occurrence": 0}\n{"texts": ["no key"]}\n')
     with pytest.raises(ValueError, match="bad.jsonl line 2 is not a cassette entry"):
         llm.Cassette(path)
+
+
+def test_relative_cassette_paths_live_under_the_runs_directory(chat_server, openai_cfg, tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMTRAFFIC_RUNS", str(tmp_path / "runs"))
+    chat_server.script = [(200, chat_server.completion("x"), 0)]
+    llm.from_config(openai_cfg | {"cache": {"path": "llm/c.jsonl"}}).complete(ASK)  # mode defaults to record
+    assert (tmp_path / "runs" / "llm" / "c.jsonl").exists()
+    assert llm.from_config({"backend": "replay", "cassette": "llm/c.jsonl"}).complete(ASK) == ["x"]

@@ -7,9 +7,10 @@ Config (a dict, usually the ``llm:`` parameter of a notebook)::
     # hf:     path, model (name; default: directory name), quantization (null | nf4), device, seed
     # replay: cassette, model and source (the recorded model and backend; inferred when the
     #         cassette holds only one)
-    cache: {path: runs/llm/gpt4o.jsonl, mode: record}   # record | replay | off
+    cache: {path: llm/gpt4o.jsonl, mode: record}   # record (default with a path) | replay | off
 
-Re-running a recorded study offline: keep the config and set ``cache.mode: replay`` (no key
+Relative cassette paths are taken under the runs directory (``study.runs_dir()``), so a notebook
+finds its cassette wherever papermill runs it. Re-running a recorded study offline: keep the config and set ``cache.mode: replay`` (no key
 or network needed), or use ``backend: replay`` with the cassette alone.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ..study.paths import runs_dir
 from .cassette import Cassette, CassetteMiss, request_key
 from .core import LLM, Completion, LLMError, Usage
 from .openai_compat import LLMAuthError, LLMNotFoundError, LLMResponseError, OpenAIBackend, OpenAIConfig
@@ -45,8 +47,8 @@ def from_config(cfg: dict) -> LLM:
     backend = cfg.pop("backend", None)
     cache = cfg.pop("cache", None) or {}
     _check_keys(cache, {"path", "mode"}, set(), "llm.cache")
-    cassette = Cassette(cache["path"]) if cache.get("path") else None
-    mode = cache.get("mode", "record" if cassette else "off")
+    cassette = Cassette(cassette_path(cache["path"])) if cache.get("path") else None
+    mode = cache.get("mode", "off" if cassette is None else "record")
     if backend == "openai":
         openai_keys = {f.name for f in dataclasses.fields(OpenAIConfig)}
         _check_keys(cfg, openai_keys, {"base_url", "model"}, "llm (openai)")
@@ -60,6 +62,11 @@ def from_config(cfg: dict) -> LLM:
             raise ValueError("llm (replay): give the file as 'cassette', without cache")
         return _replay(cfg)
     raise ValueError(f"llm.backend must be openai, hf or replay, got {backend!r}")
+
+
+def cassette_path(path: str | Path) -> Path:
+    """`path`, or `path` under the runs directory when it is relative."""
+    return runs_dir() / path if not Path(path).is_absolute() else Path(path)
 
 
 def _check_keys(cfg: dict, allowed: set[str], required: set[str], where: str) -> None:
@@ -80,16 +87,17 @@ def _hf(cfg: dict):
 
 
 def _replay(cfg: dict) -> LLM:
-    if not Path(cfg["cassette"]).exists():
-        raise FileNotFoundError(f"llm (replay): cassette {cfg['cassette']} does not exist")
-    cassette = Cassette(cfg["cassette"])
+    path = cassette_path(cfg["cassette"])
+    if not path.exists():
+        raise FileNotFoundError(f"llm (replay): cassette {path} does not exist")
+    cassette = Cassette(path)
     pairs = sorted(
         (b, m) for b, m in cassette.sources()
         if cfg.get("source", b) == b and cfg.get("model", m) == m
     )
     if len(pairs) != 1:
         raise ValueError(
-            f"llm (replay): cassette {cfg['cassette']} holds (backend, model) pairs "
+            f"llm (replay): cassette {path} holds (backend, model) pairs "
             f"{sorted(cassette.sources())}; name the one to replay with 'source' and 'model'"
         )
     return LLM(ReplayBackend(*pairs[0]), cassette, "replay")
