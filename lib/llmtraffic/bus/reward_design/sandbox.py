@@ -193,8 +193,12 @@ class Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             cwd=run_dir, env=env, start_new_session=True,
         )
-        self._send(code.encode())
-        self._reply(timeout_s, "loading the code")
+        try:
+            self._send(code.encode())
+            self._reply(timeout_s, "loading the code")
+        except RewardError:  # the code failed to load: reap the child before reporting
+            self.close()
+            raise
 
     def evaluate(self, states: np.ndarray, actions: np.ndarray, next_states: np.ndarray, timeout_s: float) -> np.ndarray:
         n, dim = states.shape
