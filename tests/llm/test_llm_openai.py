@@ -96,8 +96,10 @@ def test_missing_key_variable_fails_before_any_request(chat_server, openai_cfg, 
 
 def test_server_ignoring_n_is_asked_for_the_rest_with_new_seeds(chat_server, openai_cfg):
     chat_server.script = [(200, chat_server.completion(t), 0) for t in ("a", "b", "c")]
-    assert llm.from_config(openai_cfg).complete(HELLO, n=3, seed=7) == ["a", "b", "c"]
+    model = llm.from_config(openai_cfg)
+    assert model.complete(HELLO, n=3, seed=7) == ["a", "b", "c"]
     assert [(r["body"]["n"], r["body"]["seed"]) for r in chat_server.requests] == [(3, 7), (2, 8), (1, 9)]
+    assert (model.usage().prompt_tokens, model.usage().completion_tokens) == (3 * 11, 3 * 5)  # 3 requests billed
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ class Completion:
     texts: list[str]
     """The `n` sampled answers."""
     prompt_tokens: int
-    """Tokens in the prompt, counted once even when `n > 1` (as the OpenAI API bills them)."""
+    """Prompt tokens billed: once per request, whatever `n` (as the OpenAI API bills them)."""
     completion_tokens: int
     """Tokens generated over all `n` answers."""
 

@@ -91,7 +91,7 @@ class OpenAIBackend:
             answer = self._post(body)
             texts += parse_choices(answer, self.url)
             usage = answer.get("usage") or {}
-            prompt_tokens = prompt_tokens or int(usage.get("prompt_tokens", 0))
+            prompt_tokens += int(usage.get("prompt_tokens", 0))  # each request is billed
             completion_tokens += int(usage.get("completion_tokens", 0))
         return Completion(texts[:n], prompt_tokens, completion_tokens)
 
