@@ -48,6 +48,13 @@ def test_synthetic_phases_follow_table_9():
         assert env.observation_space.shape == (8 * 4 + 8,)
 
 
+def test_passes_gymnasium_env_checker():
+    from gymnasium.utils.env_checker import check_env
+
+    with SignalEnv("synthetic", SignalConfig(episode_s=100)) as env:
+        check_env(env, skip_render_check=True)
+
+
 def test_fixed_time_30_phase_sequence_and_timings():
     with TraceEnv("synthetic", SignalConfig(episode_s=480)) as env:
         env.trace = []
