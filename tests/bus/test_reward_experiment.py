@@ -6,7 +6,7 @@ import pytest
 from llmtraffic.bus import rewards, scenarios
 from llmtraffic.bus.reward_design.experiment import EXPERT_CODE, DesignSetup, design_reward
 from llmtraffic.bus.reward_design.loop import LoopConfig
-from llmtraffic.bus.reward_design.rules import RulesDesigner
+from llmtraffic.bus.reward_design.rules import RulesDesigner, Weights
 from llmtraffic.rl.dqn import DQNConfig
 
 
@@ -42,3 +42,15 @@ def test_rules_loop_on_case1_never_accepts_beyond_the_slack():
     from llmtraffic.bus.evaluation import evaluate
     again = np.mean([evaluate(setup.scenario, best.controller, s, 3600)["travel_time_s"] for s in (0, 1)])
     assert again == pytest.approx(best.trial.travel_time)
+
+
+def test_rules_reward_reads_the_three_value_state_of_case1():
+    from llmtraffic.bus.reward_design.rules import render
+    from llmtraffic.bus.reward_design.sandbox import example_transitions, validate_reward_code
+
+    code = render(Weights(long_hold=1.0, onboard=2.0))
+    assert validate_reward_code(code, transitions=example_transitions(3)).ok
+    namespace = {}
+    exec(compile(code, "<rules>", "exec"), namespace)  # our own template, not generated code
+    # 3-value state [forward, backward, onboard]: onboard 25 → holding costs 0.5 + 2 · 25 / 50
+    assert namespace["reward"]([100, 100, 25], 1, [100, 100, 25]) == pytest.approx(-1.5)

@@ -19,7 +19,7 @@ from ..evaluation import MEASURES, evaluate
 from ..training import DQNController, train_holding
 from .loop import Designer, LoopConfig, Outcome, Trial, run_loop
 from .rules import Weights, render
-from .sandbox import SandboxedReward, validate_reward_code
+from .sandbox import SandboxedReward, example_transitions, validate_reward_code
 
 EXPERT_CODE = render(Weights())
 """The warm start: the RL-local expert reward (``rewards.rl_local``) written as code; a test
@@ -93,8 +93,10 @@ def design_reward(setup: DesignSetup, designer: Designer, loop: LoopConfig,
         trained[code] = train_and_test(setup, code)
         return trained[code].trial
 
+    examples = example_transitions(setup.scenario.state_dim)  # the state the agents will see
+
     def validate(code: str) -> tuple[bool, str]:
-        check = validate_reward_code(code)
+        check = validate_reward_code(code, transitions=examples)
         return check.ok, check.reason
 
     outcome = run_loop(designer, evaluate_code, validate, loop, expert_code=expert_code, progress=progress)

@@ -48,12 +48,16 @@ TEMPLATE = '''def reward(current_state, action, next_state):
         total = s[0] + s[1]
         return abs(s[0] - s[1]) / total if total > 0 else 0.0
 
+    # 6-value state (§3.2): onboard at [4], elapsed holding at [5]; case 1's 3-value state: onboard at [2]
+    full = len(next_state) >= 6
+    onboard = next_state[4] if full else next_state[2]
+    held = next_state[5] if full else 0.0
     hold = 1.0 if action == 1 else 0.0
     r = -{w.balance!r} * 100.0 * imbalance(next_state)
     r += {w.improve!r} * 100.0 * (imbalance(current_state) - imbalance(next_state))
     r -= {w.hold!r} * hold
-    r -= {w.long_hold!r} * hold * (1.0 if next_state[5] > 60 else 0.0)
-    r -= {w.onboard!r} * hold * next_state[4] / 50.0
+    r -= {w.long_hold!r} * hold * (1.0 if held > 60 else 0.0)
+    r -= {w.onboard!r} * hold * onboard / 50.0
     return float(r)
 '''
 
