@@ -8,6 +8,7 @@ analyzer gets the training-return curve, the test metrics and the last test tran
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -85,12 +86,16 @@ def train_and_test(setup: DesignSetup, code: str, seed: int | None = None) -> De
 
 
 def design_reward(setup: DesignSetup, designer: Designer, loop: LoopConfig,
-                  expert_code: str = EXPERT_CODE, progress: bool = True) -> tuple[Outcome, Designed]:
-    """Run the loop; return its outcome and the best reward with the agent trained on it."""
+                  expert_code: str = EXPERT_CODE, progress: bool = True,
+                  train: Callable[[DesignSetup, str], Designed] = train_and_test) -> tuple[Outcome, Designed]:
+    """Run the loop; return its outcome and the best reward with the agent trained on it.
+
+    ``train(setup, code)`` trains and tests one candidate (default :func:`train_and_test`; the
+    notebooks pass a cached version, so a reward met again in another loop is not retrained)."""
     trained: dict[str, Designed] = {}
 
     def evaluate_code(code: str, iteration: int) -> Trial:
-        trained[code] = train_and_test(setup, code)
+        trained[code] = train(setup, code)
         return trained[code].trial
 
     examples = example_transitions(setup.scenario.state_dim)  # the state the agents will see
