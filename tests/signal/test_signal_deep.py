@@ -48,3 +48,26 @@ def test_presslight_trains_through_the_same_loop_on_synthetic():
     assert agent.agent.obs_dim == 8 * 4 + 8 + 8  # incoming segments, outgoing lanes, phase
     result = evaluate("synthetic", agent, seed=0, episode_s=300)
     assert result["controller"] == "PressLight" and len(result["queue_series"]) == 30
+
+
+def test_gae_by_hand():
+    import numpy as np
+
+    from llmtraffic.signal.ippo import gae
+
+    # γ = 0.5, λ = 1: δ2 = 1 + 0.5·4 − 2 = 1; δ1 = 0 + 0.5·2 − 1 = 0; A1 = 0 + 0.5·1 = 0.5
+    adv = gae(np.array([0.0, 1.0], np.float32), np.array([1.0, 2.0], np.float32), 4.0, 0.5, 1.0)
+    assert adv.tolist() == [0.5, 1.0]
+
+
+@pytest.mark.slow
+def test_ippo_learns_to_beat_fixed_time_on_cologne1():
+    from llmtraffic.signal.ippo import IPPO, PPOConfig, train_ippo
+
+    cfg = PPOConfig(episodes=4)
+    trained, history = train_ippo("cologne1", cfg)
+    assert history[-1]["queue"] < history[0]["queue"]
+    untrained = IPPO(trained.actor[0].in_features, trained.actor[-1].out_features, cfg)
+    ours = evaluate("cologne1", trained, seed=0)
+    assert ours["queue"] < evaluate("cologne1", FixedTime(30), seed=0)["queue"]
+    assert ours["queue"] < evaluate("cologne1", untrained, seed=0)["queue"]

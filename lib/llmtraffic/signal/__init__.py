@@ -3,12 +3,13 @@
 from .baselines import IDQN, SOTL, Controller, DeepRLConfig, FixedTime, MaxPressure, PressLight, train
 from .env import SignalConfig, SignalEnv, SignalState, lane_counts_phase, negative_queue, queue_difference
 from .evaluation import evaluate, evaluate_method, mean_std_table, run_episode
+from .ippo import IPPO, PPOConfig, train_ippo
 from .scenarios import Scenario, SyntheticScenario, load
 from .state import IntersectionState, LaneCounts, Movement, Phase
 
 __all__ = [
-    "IDQN", "SOTL", "Controller", "DeepRLConfig", "FixedTime", "IntersectionState", "LaneCounts",
+    "IDQN", "IPPO", "PPOConfig", "SOTL", "Controller", "DeepRLConfig", "FixedTime", "IntersectionState", "LaneCounts",
     "MaxPressure", "Movement", "Phase", "PressLight", "Scenario", "SignalConfig", "SignalEnv",
     "SignalState", "SyntheticScenario", "evaluate", "evaluate_method", "lane_counts_phase", "load",
-    "mean_std_table", "negative_queue", "queue_difference", "run_episode", "train",
+    "mean_std_table", "negative_queue", "queue_difference", "run_episode", "train", "train_ippo",
 ]
