@@ -1,0 +1,120 @@
+"""Notebook glue of the reward-design studies: variants, designers from parameters, cached runs."""
+
+import dataclasses
+
+import pytest
+
+from llmtraffic.bus import scenarios
+from llmtraffic.bus.evaluation import MEASURES
+from llmtraffic.bus.reward_design import studies
+from llmtraffic.bus.reward_design.designer import LLMDesigner
+from llmtraffic.bus.reward_design.loop import LoopConfig
+from llmtraffic.bus.reward_design.rules import LABEL, RulesDesigner
+from llmtraffic.llm import LLM, Cassette, Completion
+from llmtraffic.study.cache import cache_dir
+
+DQN = dict(hidden=[16], episodes=1, updates_per_episode=5, batch_size=16, learning_starts=16,
+           eps_decay_episodes=1, obs_scale=[1000.0] * 4 + [10.0, 10.0])
+RUN = dict(dqn=DQN, test_seeds=[0], eval_seeds=[500, 501], iterations=2, slack=0.1, horizon_s=1800.0)
+
+LLM_REWARD = """Balance the headways, small holding cost.
+```python
+def reward(current_state, action, next_state):
+    f, b = next_state[0], next_state[1]
+    return -abs(f - b) / max(f + b, 1.0) - 0.01 * action
+```"""
+
+
+class FixedBackend:
+    """A stand-in chat model that always gives the same answer (10 prompt + 4 completion tokens)."""
+
+    name, model = "fake", "fixed-model"
+
+    def generate(self, messages, n, temperature, max_tokens, seed):
+        return Completion([LLM_REWARD] * n, prompt_tokens=10, completion_tokens=4 * n)
+
+
+def _changed(a: LoopConfig, b: LoopConfig) -> dict:
+    return {f.name: getattr(b, f.name) for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(b, f.name)}
+
+
+def test_each_ablation_changes_one_setting_of_the_paradigm():
+    base = LoopConfig(iterations=4)
+    paradigm, critic = studies.variant_config("paradigm", base)
+    assert paradigm == base and not critic
+    assert {v: _changed(base, studies.variant_config(v, base)[0]) for v in studies.ABLATIONS} == {
+        "cold": {"start": "cold"}, "no_analyzer": {"analyzer": False},
+        "no_refiner": {"refiner": False}, "no_initializer": {"start": "none"}}
+    assert studies.variant_config("eureka", base, k=5)[0].candidates == 5
+    assert studies.variant_config("critic", base)[1] is True
+    with pytest.raises(ValueError, match="unknown variant 'no_llm'"):
+        studies.variant_config("no_llm", base)
+
+
+def test_designers_from_parameters(tmp_path):
+    scenario = scenarios.case1()
+    rules, model = studies.make_designer("rules", None, scenario)
+    assert isinstance(rules, RulesDesigner) and model is None and rules.scheduled_headway_s == 320.0
+    with pytest.raises(ValueError, match="designer 'gpt-4o' needs an llm config"):
+        studies.make_designer("gpt-4o", None, scenario)
+    cassette = tmp_path / "c.jsonl"
+    LLM(FixedBackend(), Cassette(cassette), "record").complete(
+        [{"role": "user", "content": "hi"}])
+    critic, model = studies.make_designer("fixed-model", {"backend": "replay", "cassette": str(cassette)},
+                                          scenario, critic=True)
+    assert isinstance(critic, LLMDesigner) and critic.critic and critic.name == "fixed-model (critic)"
+    assert studies.designer_label("rules") == LABEL and studies.designer_label("gpt-4o") == "gpt-4o"
+
+
+def test_runnable_skips_llm_designers_without_a_backend():
+    run, skipped = studies.runnable([{"name": "rules"}, {"name": "gpt-4o", "llm": None},
+                                     {"name": "local", "llm": {"backend": "replay", "cassette": "x"}}])
+    assert [e["name"] for e in run] == ["rules", "local"] and skipped == ["gpt-4o"]
+    with pytest.raises(ValueError, match="needs 'name'"):
+        studies.runnable([{"model": "gpt-4o"}])
+
+
+def _count(kind: str) -> int:
+    folder = cache_dir(kind, {}).parent
+    return len(list(folder.iterdir())) if folder.exists() else 0
+
+
+def test_rules_runs_are_cached_and_candidates_shared_between_variants():
+    before = _count("bus_reward_candidate")
+    run = studies.design_run(designer="rules", llm=None, variant="paradigm", seed=3, **RUN)
+    h = run.outcome.history()
+    assert len(h) == 3 and h["valid"].all() and run.usage is None
+    assert [r["seed"] for r in run.eval_rows] == [500, 501] and set(MEASURES) <= set(run.eval_rows[0])
+    trained = _count("bus_reward_candidate") - before
+    assert trained == len({s.code for s in run.outcome.steps})  # one training per distinct reward
+
+    again = studies.design_run(designer="rules", llm=None, variant="paradigm", seed=3, **RUN)
+    assert again.wall_s == run.wall_s and again.eval_rows == run.eval_rows  # from the cache
+
+    # the rule-based designer edits from test metrics whether or not an analyzer speaks, so the
+    # ablation without analyzer proposes the same rewards: same results, no candidate retrained
+    count = _count("bus_reward_candidate")
+    blind = studies.design_run(designer="rules", llm=None, variant="no_analyzer", seed=3, **RUN)
+    assert _count("bus_reward_candidate") == count
+    assert [s.code for s in blind.outcome.steps] == [s.code for s in run.outcome.steps]
+    assert blind.eval_rows == run.eval_rows
+
+    frame = studies.eval_frame({"a": [run], "b": [blind]})
+    assert list(frame.columns[:3]) == ["method", "agent_seed", "seed"] and len(frame) == 4
+    summary = studies.loop_summary({"a": [run]})
+    assert summary.at["a", "candidates"] == 3
+    assert summary.at["a", "best loop travel time (s)"] == round(run.outcome.best.travel_time, 1)
+    assert studies.cost_table({"a": [run]}).empty
+
+
+def test_llm_run_reports_its_token_cost(monkeypatch):
+    monkeypatch.setattr(studies, "from_config", lambda cfg: LLM(FixedBackend()))
+    run = studies.design_run(designer="fixed-model", llm={"backend": "fake"}, variant="paradigm", seed=0, **RUN)
+    # warm start from the expert reward, then 2 iterations of analyzer + modifier: 4 requests
+    assert run.usage["calls"] == 4 and run.usage["total_tokens"] == 4 * 14
+    assert [s.role for s in run.outcome.steps] == ["initial", "modify", "modify"]
+    one_shot = studies.design_run(designer="fixed-model", llm={"backend": "fake"}, variant="one_shot", seed=0, **RUN)
+    cost = studies.cost_table({"paradigm": [run], "one-shot": [one_shot]})
+    assert cost.to_dict("index") == {
+        "paradigm": {"calls": 4, "live_calls": 4, "prompt_tokens": 40, "completion_tokens": 16, "total_tokens": 56},
+        "one-shot": {"calls": 1, "live_calls": 1, "prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}}
