@@ -2,15 +2,17 @@
 
 import dataclasses
 
+import pandas as pd
 import pytest
 
 from llmtraffic.bus import scenarios
 from llmtraffic.bus.evaluation import MEASURES
 from llmtraffic.bus.reward_design import studies
 from llmtraffic.bus.reward_design.designer import LLMDesigner
-from llmtraffic.bus.reward_design.loop import LoopConfig
+from llmtraffic.bus.reward_design.loop import LoopConfig, Outcome, Step, Trial
 from llmtraffic.bus.reward_design.rules import LABEL, RulesDesigner
 from llmtraffic.llm import LLM, Cassette, Completion
+from llmtraffic.rl.dqn import DQNConfig
 from llmtraffic.study.cache import cache_dir
 
 DQN = dict(hidden=[16], episodes=1, updates_per_episode=5, batch_size=16, learning_starts=16,
@@ -118,3 +120,29 @@ def test_llm_run_reports_its_token_cost(monkeypatch):
     assert cost.to_dict("index") == {
         "paradigm": {"calls": 4, "live_calls": 4, "prompt_tokens": 40, "completion_tokens": 16, "total_tokens": 56},
         "one-shot": {"calls": 1, "live_calls": 1, "prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}}
+
+
+def test_labels_and_dqn_parameters():
+    assert studies.row_label("no_refiner", "rules") == f"without refiner · {LABEL}"
+    assert studies.row_label("eureka", "gpt-4o") == "Eureka-style · gpt-4o"
+    assert studies.row_label("paradigm", None) == "paradigm (ours) · LLM designer"
+    dqn = studies.dqn_params([8, 8], 3, 2, 10, True, 10)
+    assert DQNConfig(**dqn).obs_scale == (1000.0,) * 4 + (10.0, 10.0) and dqn["target_network"]
+
+
+def _run_with(history: list[tuple[int, bool, float]]) -> studies.DesignRun:
+    steps = [Step(i, "modify", "code", True, accepted=acc, trial=Trial({"travel_time_s": tt})) for i, acc, tt in history]
+    return studies.DesignRun("rules", "paradigm", 0, Outcome(steps, "code", steps[0].trial), [], None, 0.0)
+
+
+def test_best_so_far_keeps_the_best_through_rejected_iterations():
+    run = _run_with([(0, True, 900.0), (1, False, 950.0), (2, True, 880.0), (3, True, 890.0), (4, False, 700.0)])
+    assert studies.best_so_far(run) == [900.0, 900.0, 880.0, 880.0, 880.0]
+
+
+def test_versus_best_other_picks_the_lowest_travel_time():
+    frame = pd.DataFrame({"method": ["ours", "ours", "a", "a", "b", "b"],
+                          "travel_time_s": [90, 100, 100, 120, 110, 90],
+                          "wait_time_s": [40, 40, 50, 50, 60, 40]})
+    assert studies.versus_best_other(frame, "ours", ["a", "b"]) == {
+        "compared with": "b", "travel time (%)": pytest.approx(-5.0), "waiting time (%)": -20.0}

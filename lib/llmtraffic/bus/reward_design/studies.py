@@ -26,7 +26,7 @@ from ... import study
 from ...llm import LLM, from_config
 from ...rl.dqn import DQNConfig
 from .. import scenarios
-from ..evaluation import MEASURES, evaluate
+from ..evaluation import MEASURES, evaluate, relative_change
 from ..scenarios import Scenario
 from .designer import METHODS, LLMDesigner, method
 from .experiment import Designed, DesignSetup, design_reward, train_and_test
@@ -47,6 +47,17 @@ ABLATIONS = {
 
 VARIANTS = (*METHODS, *ABLATIONS)
 
+VARIANT_NAMES = {
+    "paradigm": "paradigm (ours)", "eureka": "Eureka-style", "critic": "critic", "one_shot": "one-shot",
+    "cold": "cold start", "no_analyzer": "without analyzer", "no_refiner": "without refiner",
+    "no_initializer": "without initializer",
+}
+"""Row names of the variants in Tables 3 and 4."""
+
+OBS_SCALE = [1000.0] * 4 + [10.0, 10.0]
+"""Observation scaling of the Q-network: headways in metres ÷ 1000, passengers and seconds held
+÷ 10 (the same as the expert-reward agents of ``bus_case1``)."""
+
 SCENARIOS = {"case1": scenarios.case1, "case2": scenarios.case2}
 
 
@@ -62,6 +73,19 @@ def variant_config(variant: str, base: LoopConfig, k: int = 3) -> tuple[LoopConf
 def designer_label(name: str) -> str:
     """How tables and figures name a designer: the rule-based one says it uses no LLM."""
     return LABEL if name == "rules" else name
+
+
+def row_label(variant: str, designer: str | None) -> str:
+    """Table row of a variant run by ``designer`` (None: an LLM row that cannot run here)."""
+    return f"{VARIANT_NAMES[variant]} · {designer_label(designer) if designer else 'LLM designer'}"
+
+
+def dqn_params(hidden: list[int], episodes: int, eps_decay_episodes: int, updates_per_episode: int,
+               target_network: bool, target_update_every: int) -> dict:
+    """The ``dqn`` argument of :func:`design_run` from a notebook's DQN parameters."""
+    return dict(hidden=list(hidden), episodes=episodes, eps_decay_episodes=eps_decay_episodes,
+                updates_per_episode=updates_per_episode, target_network=target_network,
+                target_update_every=target_update_every, obs_scale=OBS_SCALE)
 
 
 def make_designer(name: str, llm: dict | None, scenario: Scenario, critic: bool = False,
@@ -184,3 +208,28 @@ def loop_summary(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
             "wall time (s)": round(sum(r.wall_s for r in group), 1),
         }
     return pd.DataFrame.from_dict(out, orient="index").rename_axis("experiment")
+
+
+def best_so_far(run: DesignRun) -> list[float]:
+    """Best accepted test travel time after each iteration (iteration 0: the starting reward).
+
+    An iteration whose candidates were all rejected or invalid keeps the previous best, so the
+    list has ``iterations + 1`` entries whenever the loop ran to its limit (§5.2.3's improvement
+    per iteration)."""
+    h = run.outcome.history()
+    accepted = h[h["accepted"]].groupby("iteration")["travel_time_s"].min()
+    best, out = float("inf"), []
+    for i in range(int(h["iteration"].max()) + 1):
+        best = min(best, float(accepted.get(i, float("inf"))))
+        out.append(best)
+    return out
+
+
+def versus_best_other(frame: pd.DataFrame, label: str, others: list[str]) -> dict[str, Any]:
+    """Relative change (%) of ``label`` against the other row with the lowest mean travel time,
+    in travel and waiting time (§5.2.4: the paradigm vs the best existing method)."""
+    means = frame.groupby("method")["travel_time_s"].mean()
+    best = min(others, key=lambda o: means[o])
+    return {"compared with": best,
+            "travel time (%)": relative_change(frame, label, best, "travel_time_s"),
+            "waiting time (%)": relative_change(frame, label, best, "wait_time_s")}
