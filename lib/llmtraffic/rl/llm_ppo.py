@@ -287,10 +287,13 @@ class LMPolicy:
 
     # --- rollout ---------------------------------------------------------------------
 
-    def sample(self, prompt: str, group_size: int | None = None) -> tuple[list[str], Exchange]:
+    def sample(self, prompt: str, group_size: int | None = None, rng: np.random.Generator | None = None,
+               record: bool = True) -> tuple[list[str], Exchange]:
         """G answers to ``prompt`` in one batched generate call; the first is the action (Alg. 1).
 
-        Returns the decoded answers and the buffer entry of the first one.
+        Returns the decoded answers and the buffer entry of the first one. ``rng`` (default: the
+        policy's own generator) seeds the sampling; ``record=False`` keeps the exchange out of
+        the next update's scoring (evaluation episodes).
         """
         cfg, tok = self.cfg, self.tokenizer
         g = group_size or cfg.group_size
@@ -298,7 +301,7 @@ class LMPolicy:
         sampling = dict(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
         self.model.eval()
         with torch.no_grad(), torch.random.fork_rng(devices=self._rng_devices()):
-            torch.manual_seed(int(self.rng.integers(2**62)))  # sampling seeded from the policy's own generator
+            torch.manual_seed(int((rng or self.rng).integers(2**62)))  # generate draws from torch's global RNG
             out = self.model.generate(
                 input_ids=prompt_ids.repeat(g, 1),
                 attention_mask=torch.ones(g, prompt_ids.shape[1], dtype=torch.long, device=self.device),
@@ -310,7 +313,8 @@ class LMPolicy:
         answers = [self._trim(row) for row in out[:, prompt_ids.shape[1]:]]
         texts = [tok.decode(a, skip_special_tokens=True) for a in answers]
         exchange = Exchange(prompt_ids[0].cpu(), answers[0].cpu(), texts)
-        self.pending.append(exchange)
+        if record:
+            self.pending.append(exchange)
         return texts, exchange
 
     def _rng_devices(self) -> list:

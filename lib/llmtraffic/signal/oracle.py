@@ -96,7 +96,10 @@ class RewardConfig:
     def __call__(self, prev: IntersectionState, chosen: int, state: IntersectionState,
                  counts: Sequence[float]) -> float:
         """R for one decision: states before and after it, the chosen phase, the G answers' counts."""
-        r_env = ENV_REWARDS[self.env](prev, chosen, state)
+        return self.from_r_env(ENV_REWARDS[self.env](prev, chosen, state), counts, chosen)
+
+    def from_r_env(self, r_env: float, counts: Sequence[float], chosen: int) -> float:
+        """R (eq. 14) from a given R_env (the random-reward control replaces R_env only)."""
         if self.entropy == "none":
             r_e = 0.0
         elif self.entropy == "softmax":
