@@ -1,0 +1,229 @@
+"""OracleTSC training loop: an LLM controls the signal and learns by PPO (Alg. 1, §4.1.3).
+
+Per decision (every 10 simulated s) the policy samples G answers to the verbalised state in one
+batched call; the first answer's phase (Algorithm 2) is applied; the G phases feed the entropy
+term of the reward (eqs. 11–14). Every ``update_every_s`` (360 s) the policy is updated on the
+exchanges of the last ``buffer_s`` (400 s); adapters and value head are checkpointed every
+``checkpoint_every_s`` (720 s). After training, :func:`select_best` picks the checkpoint with
+the lowest mean queue on a held-out episode.
+
+Resuming: :func:`train` continues from the newest checkpoint in ``out_dir``. SUMO's state is
+not checkpointed, so an episode interrupted mid-way restarts from its beginning with the
+policy as of that checkpoint (its earlier updates are kept).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..rl.llm_ppo import Exchange, LMPolicy
+from .env import SignalConfig, SignalEnv
+from .evaluation import evaluate
+from .oracle import RewardConfig, phase_counts
+from .prompt import messages, parse_phase
+from .state import IntersectionState
+
+Prompter = Callable[[IntersectionState, Sequence[tuple[IntersectionState, int]]], str]
+"""Builds the prompt text from the state and the two most recent (state, action) pairs."""
+
+
+def chat_prompter(tokenizer, decision_s: int = 10) -> Prompter:
+    """The paper's prompt (A.4 system prompt + A.5 states) through the model's chat template."""
+
+    def prompt(state: IntersectionState, history: Sequence[tuple[IntersectionState, int]]) -> str:
+        return tokenizer.apply_chat_template(messages(state, history, decision_s), tokenize=False,
+                                             add_generation_prompt=True)
+
+    return prompt
+
+
+@dataclass
+class OracleConfig:
+    """The training schedule and reward (OracleTSC §4.1.3, eq. 14)."""
+
+    scenario: str = "cologne1"
+    """Intersection to train on (``cologne1``, ``hangzhou1x1``, ``synthetic``)."""
+    episodes: int = 2
+    """Training episodes."""
+    train_seed: int = 0
+    """Episode ``e`` uses SUMO seed ``train_seed + e``."""
+    episode_s: int = 3600
+    """Simulated seconds per episode (§4.1.3)."""
+    update_every_s: int = 360
+    """Simulated seconds between PPO updates (§4.1.3)."""
+    buffer_s: int = 400
+    """Each update uses the exchanges of the last ``buffer_s`` simulated seconds (§4.1.3)."""
+    checkpoint_every_s: int = 720
+    """Simulated seconds between checkpoints of adapters and value head (§4.1.3)."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Decision reward (eq. 14 and its ablations)."""
+    invalid_penalty: float = 5.0
+    """Subtracted from R when the chosen answer names no valid phase, in vehicles of queue
+    (keeps the format: the paper's backbones rarely break it, the surrogate can; with 1.0 the
+    surrogate's invalid answers rose to ~7 % in two episodes, with 5.0 they stayed ~3 %)."""
+    random_reward_std: float | None = None
+    """Control run: R_env is replaced by N(0, std) noise (None = the real reward)."""
+    seed: int = 0
+    """Seeds the control's noise."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reward, dict):
+            self.reward = RewardConfig(**self.reward)
+        for name in ("episodes", "episode_s", "update_every_s", "buffer_s", "checkpoint_every_s"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"OracleConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.update_every_s % 10 or self.checkpoint_every_s % self.update_every_s:
+            raise ValueError("OracleConfig.checkpoint_every_s must be a multiple of update_every_s, "
+                             "itself a multiple of the 10-s decision interval; got "
+                             f"{self.checkpoint_every_s} and {self.update_every_s}")
+
+
+class LLMController:
+    """``act(state) -> phase`` for :func:`llmtraffic.signal.evaluate`: one sampled answer per
+    decision (G = 1), at the policy's temperature, seeded per episode."""
+
+    def __init__(self, policy: LMPolicy, prompter: Prompter, label: str = "llm"):
+        self.policy, self.prompter, self.label = policy, prompter, label
+        self.reset(0)
+
+    def reset(self, seed: int) -> None:
+        self.rng = np.random.default_rng([seed, 7])
+        self.history: deque = deque(maxlen=2)
+        self.decisions = self.invalid = 0
+        self.traces: list[tuple[str, str]] = []
+        """(prompt, answer) per decision, for reasoning-trace listings."""
+
+    def act(self, state: IntersectionState) -> int:
+        prompt = self.prompter(state, self.history)
+        texts, _ = self.policy.sample(prompt, group_size=1, rng=self.rng, record=False)
+        found = parse_phase(texts[0], state.phases)
+        action = state.phase if found is None else found  # Algorithm 2's default: keep the phase
+        self.decisions += 1
+        self.invalid += found is None
+        self.traces.append((prompt, texts[0]))
+        self.history.append((state, action))
+        return action
+
+    def __repr__(self) -> str:
+        return f"LLMController({self.label})"
+
+
+def evaluate_policy(policy: LMPolicy, prompter: Prompter, scenario: str, seeds: Sequence[int],
+                    episode_s: int = 3600, label: str = "llm") -> list[dict]:
+    """LibSignal metrics of the policy on held-out seeds, with the share of invalid answers."""
+    rows = []
+    for seed in seeds:
+        controller = LLMController(policy, prompter, label)
+        result = evaluate(scenario, controller, seed=seed, episode_s=episode_s)
+        rows.append({**result, "invalid_rate": controller.invalid / max(controller.decisions, 1)})
+    return rows
+
+
+def _decide(policy: LMPolicy, prompter: Prompter, state: IntersectionState, history) -> tuple[int, bool, np.ndarray, Exchange]:
+    """Alg. 1's inner step: G answers, the first one's phase, the histogram of all G (Alg. 3)."""
+    texts, exchange = policy.sample(prompter(state, history))
+    found = [parse_phase(t, state.phases) for t in texts]
+    phases = [state.phase if f is None else f for f in found]
+    return phases[0], found[0] is not None, phase_counts(phases, len(state.phases)), exchange
+
+
+def train_episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, seed: int,
+                  on_checkpoint: Callable[[int], None], rng: np.random.Generator) -> dict:
+    """One training episode (Alg. 1): act, reward, update every ``update_every_s``."""
+    _, info = env.reset(seed=seed)
+    history: deque = deque(maxlen=2)
+    buffer: list[Exchange] = []
+    rewards, invalid, updates = [], 0, []
+    done = False
+    while not done:
+        state = info["state"]
+        action, valid, counts, exchange = _decide(policy, prompter, state, history)
+        _, _, terminated, truncated, info = env.step(action)
+        if cfg.random_reward_std is None:
+            reward = cfg.reward(state, action, info["state"], counts)
+        else:
+            reward = cfg.reward.from_r_env(float(rng.normal(0.0, cfg.random_reward_std)), counts, action)
+        exchange.reward = reward - (0.0 if valid else cfg.invalid_penalty)
+        exchange.time_s = info["time_s"]
+        buffer.append(exchange)
+        history.append((state, action))
+        rewards.append(exchange.reward)
+        invalid += not valid
+        t = info["time_s"]
+        if t % cfg.update_every_s == 0:
+            buffer = [e for e in buffer if e.time_s > t - cfg.buffer_s]
+            updates.append(policy.update(buffer))
+        if t % cfg.checkpoint_every_s == 0:
+            on_checkpoint(t)
+        done = terminated or truncated
+    summary = env.summary()
+    return {"seed": seed, "queue": summary["queue"], "travel_time_s": summary["travel_time_s"],
+            "mean_reward": float(np.mean(rewards)), "invalid_rate": invalid / len(rewards),
+            "kl": float(np.mean([u["kl"] for u in updates])) if updates else 0.0,
+            "updates": len(updates)}
+
+
+def train(policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, out_dir: str | Path) -> dict:
+    """Train for ``cfg.episodes`` episodes, checkpointing into ``out_dir``; resumes if it holds a run.
+
+    Returns ``{"episodes": [per-episode stats], "checkpoints": [paths in order]}``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    progress_file = out / "progress.json"
+    progress = {"config": json.loads(json.dumps(asdict(cfg))), "episodes": [], "checkpoints": []}
+    if progress_file.exists():
+        saved = json.loads(progress_file.read_text())
+        if saved["config"] != progress["config"]:
+            raise ValueError(f"{out} holds a run with a different OracleConfig; use another folder")
+        progress = saved
+        if progress["checkpoints"]:
+            policy.load(out / progress["checkpoints"][-1])
+    rng = np.random.default_rng([cfg.seed, len(progress["episodes"])])
+    env_cfg = SignalConfig(episode_s=cfg.episode_s)
+    with SignalEnv(cfg.scenario, env_cfg, seed=cfg.train_seed) as env:
+        for episode in range(len(progress["episodes"]), cfg.episodes):
+
+            def checkpoint(t: int, episode: int = episode) -> None:
+                name = f"ep{episode}_t{t:05d}.pt"
+                policy.save(out / name)
+                if name in progress["checkpoints"]:  # a resumed episode overwrites its old checkpoints
+                    progress["checkpoints"].remove(name)
+                progress["checkpoints"].append(name)
+                _write_json(progress_file, progress)
+
+            stats = train_episode(env, policy, prompter, cfg, cfg.train_seed + episode, checkpoint, rng)
+            progress["episodes"].append({"episode": episode, **stats})
+            _write_json(progress_file, progress)
+    return {"episodes": progress["episodes"], "checkpoints": [out / c for c in progress["checkpoints"]]}
+
+
+def select_best(policy: LMPolicy, prompter: Prompter, checkpoints: Sequence[Path], scenario: str,
+                seed: int, episode_s: int = 3600) -> tuple[Path, list[dict]]:
+    """The checkpoint with the lowest mean queue on the held-out episode ``seed`` (§4.1.3).
+
+    Leaves ``policy`` loaded with the best checkpoint; returns it with one row per candidate.
+    """
+    if not checkpoints:
+        raise ValueError("select_best: no checkpoints")
+    rows = []
+    for path in checkpoints:
+        policy.load(path)
+        result = evaluate_policy(policy, prompter, scenario, [seed], episode_s)[0]
+        rows.append({"checkpoint": Path(path).name, "queue": result["queue"], "deadlock": result["deadlock"],
+                     "invalid_rate": result["invalid_rate"]})
+    best = min(range(len(rows)), key=lambda i: (rows[i]["deadlock"], rows[i]["queue"]))
+    policy.load(checkpoints[best])
+    return Path(checkpoints[best]), rows
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)

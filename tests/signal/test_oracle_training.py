@@ -1,0 +1,109 @@
+"""OracleTSC training loop (Alg. 1 schedule): resume after a crash, best-checkpoint selection,
+and the learning test against the random-reward control."""
+
+import json
+from statistics import median
+
+import pytest
+import torch
+
+from llmtraffic.rl.llm_ppo import LMPolicy
+from llmtraffic.signal.oracle_training import OracleConfig, evaluate_policy, select_best, train
+from llmtraffic.signal.surrogate import SurrogateConfig, compact_prompt, load_surrogate, surrogate_ppo_config, train_surrogate
+
+
+def prompter(state, history):
+    return compact_prompt(state)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def raw_surrogate():
+    """An unsupervised (steps = 0) surrogate: enough to exercise the schedule quickly."""
+    return train_surrogate(SurrogateConfig(collect_seeds=(1000,), episode_s=300, steps=0, hidden=32))
+
+
+class Killed(Exception):
+    pass
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="checkpoint_every_s must be a multiple"):
+        OracleConfig(update_every_s=360, checkpoint_every_s=500)
+    with pytest.raises(ValueError, match="OracleConfig.episodes"):
+        OracleConfig(episodes=0)
+    assert OracleConfig(reward={"hurdle": 2.7, "entropy": "softmax"}).reward.hurdle == 2.7
+
+
+def test_killed_run_resumes_from_its_last_checkpoint_and_best_is_selected(raw_surrogate, tmp_path):
+    cfg = OracleConfig(episodes=2, episode_s=720, update_every_s=360, checkpoint_every_s=360)
+
+    def fresh():
+        model, tok = load_surrogate(raw_surrogate)
+        return LMPolicy(model, tok, surrogate_ppo_config(group_size=2))
+
+    dying = fresh()
+    update = dying.update
+
+    def update_then_die(buffer):
+        if dying.updates == 1:  # the second update (ep 0, t = 720 s) never happens
+            raise Killed
+        return update(buffer)
+
+    dying.update = update_then_die
+    with pytest.raises(Killed):
+        train(dying, prompter, cfg, tmp_path)
+    progress = json.loads((tmp_path / "progress.json").read_text())
+    assert progress["checkpoints"] == ["ep0_t00360.pt"] and progress["episodes"] == []
+
+    resumed = fresh()
+    result = train(resumed, prompter, cfg, tmp_path)
+    # 1 update kept from the checkpoint, then episode 0 replayed (2) and episode 1 (2)
+    assert resumed.updates == 5
+    assert [e["episode"] for e in result["episodes"]] == [0, 1]
+    assert [p.name for p in result["checkpoints"]] == ["ep0_t00360.pt", "ep0_t00720.pt", "ep1_t00360.pt", "ep1_t00720.pt"]
+    assert all(e["updates"] == 2 for e in result["episodes"])
+
+    with pytest.raises(ValueError, match="different OracleConfig"):
+        train(fresh(), prompter, OracleConfig(episodes=3, episode_s=720, update_every_s=360, checkpoint_every_s=360), tmp_path)
+
+    best, rows = select_best(resumed, prompter, result["checkpoints"], "cologne1", seed=7, episode_s=300)
+    assert len(rows) == 4
+    best_row = min(rows, key=lambda r: (r["deadlock"], r["queue"]))
+    assert best.name == best_row["checkpoint"]
+    assert resumed.updates == torch.load(best, weights_only=False)["updates"]
+
+
+@pytest.mark.slow
+def test_two_ppo_episodes_cut_held_out_queue_and_random_reward_does_not(tmp_path):
+    """Issue 7 acceptance: surrogate on Cologne1, 2 episodes of 360 decisions with G = 8."""
+    artifact = train_surrogate(SurrogateConfig(scenario="cologne1"))
+    seeds = [100, 101, 102]
+
+    def fresh():
+        model, tok = load_surrogate(artifact)
+        return LMPolicy(model, tok, surrogate_ppo_config())
+
+    def queues(policy):
+        rows = evaluate_policy(policy, prompter, "cologne1", seeds)
+        return [r["queue"] for r in rows], [r["invalid_rate"] for r in rows]
+
+    start, start_invalid = queues(fresh())
+    trained = fresh()
+    train(trained, prompter, OracleConfig(scenario="cologne1", episodes=2), tmp_path / "real")
+    after, after_invalid = queues(trained)
+    control = fresh()
+    train(control, prompter, OracleConfig(scenario="cologne1", episodes=2, random_reward_std=3.0), tmp_path / "control")
+    control_after, _ = queues(control)
+    print(f"median queue: start {median(start):.2f}, trained {median(after):.2f}, control {median(control_after):.2f}; "
+          f"invalid start {max(start_invalid):.3f} trained {max(after_invalid):.3f}")
+    assert median(after) <= 0.7 * median(start), (start, after)
+    assert max(after_invalid) < 0.05, after_invalid
+    assert median(control_after) >= 0.9 * median(start), (start, control_after)
