@@ -29,6 +29,7 @@ from .. import scenarios
 from ..evaluation import MEASURES, evaluate, relative_change
 from ..scenarios import Scenario
 from .designer import METHODS, LLMDesigner, method
+from .direct import LLMDirect
 from .experiment import Designed, DesignSetup, design_reward, train_and_test
 from .loop import Designer, LoopConfig, Outcome
 from .prompts import Setting
@@ -126,7 +127,8 @@ class DesignRun:
     outcome: Outcome
     """Every candidate, its check, test metrics on the loop's test seeds and the refiner's verdict."""
     eval_rows: list[dict]
-    """The best reward's agent on each evaluation episode: ``seed`` and the §5.1 measures."""
+    """The best reward's agent on each evaluation episode: ``seed`` and what
+    :func:`~llmtraffic.bus.evaluation.evaluate` returns (§5.1 measures, incomplete share, ``by_stop``)."""
     usage: dict | None
     """LLM cost of the loop (``Usage.as_dict()``); None for the rule-based designer."""
     wall_s: float
@@ -168,12 +170,26 @@ def design_run(*, designer: str, llm: dict | None, variant: str, seed: int, dqn:
         loop, critic = variant_config(variant, LoopConfig(iterations=iterations, slack=slack, max_retries=max_retries), k)
         agent, model = make_designer(designer, llm, setup.scenario, critic=critic, seed=seed)
         outcome, best = design_reward(setup, agent, loop, progress=False, train=train)
-        rows = [{"seed": s, **{m: evaluate(setup.scenario, best.controller, s, horizon_s)[m] for m in MEASURES}}
-                for s in eval_seeds]
+        rows = [{"seed": s, **evaluate(setup.scenario, best.controller, s, horizon_s)} for s in eval_seeds]
         usage = model.usage().as_dict() if model is not None else None
         return DesignRun(designer, variant, seed, outcome, rows, usage, time.perf_counter() - start)
 
     return study.cached("bus_reward_design", params, build)
+
+
+def direct_run(*, llm: dict, seeds: list[int], horizon_s: float | None = None, scenario: str = "case1",
+               method: str = "LLM-direct control") -> tuple[list[dict], dict]:
+    """The LLM-direct controller (App. A.5) on test episodes: one row per seed (``method``, ``seed``
+    and the :func:`~llmtraffic.bus.evaluation.evaluate` measures, plus ``decisions`` and
+    ``failures``, the answers it could not read), and the LLM cost of all of them."""
+    case = SCENARIOS[scenario]()
+    model = from_config(llm)
+    rows = []
+    for seed in seeds:
+        controller = LLMDirect(model, Setting.of(case), name=method)
+        rows.append({"method": method, "seed": seed, **evaluate(case, controller, seed, horizon_s),
+                     "decisions": controller.decisions, "failures": controller.failures})
+    return rows, model.usage().as_dict()
 
 
 def eval_frame(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
