@@ -76,18 +76,32 @@ def _processes(fn, jobs, workers, bar) -> list[Any]:
     return results
 
 
+def _ray_init(ray, workers: int | None, attempts: int = 3) -> None:
+    """Connect to ``$RAY_ADDRESS`` or start a local cluster.
+
+    Ray gives a starting raylet a fixed 30 s to register; on a loaded machine it can miss that,
+    so a local start is retried (a failed start leaves nothing running)."""
+    address = os.environ.get("RAY_ADDRESS")
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(
+                address=address or None,
+                num_cpus=None if address else (workers or os.cpu_count()),
+                include_dashboard=False,
+                log_to_driver=False,
+            )
+            return
+        except Exception as err:
+            if address or "timed out during startup" not in str(err) or attempt == attempts:
+                raise
+            ray.shutdown()
+
+
 def _ray(fn, jobs, workers, bar) -> list[Any]:
     import ray
 
     if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        ray.init(
-            address=address or None,
-            num_cpus=None if address else (workers or os.cpu_count()),
-            include_dashboard=False,
-            log_to_driver=False,
-            ignore_reinit_error=True,
-        )
+        _ray_init(ray, workers)
     remote = ray.remote(_call)
     refs = [remote.remote(fn, job) for job in jobs]
     index = {ref: i for i, ref in enumerate(refs)}
