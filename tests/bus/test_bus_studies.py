@@ -148,3 +148,14 @@ def test_bad_settings_raise_clear_errors():
 def test_ours_is_labelled_by_its_designer():
     assert studies.ours_label("rules") == "rule-based designer (no LLM) + RL"
     assert studies.ours_label("gpt-4o") == "gpt-4o + RL"
+
+
+def test_generic_job_compares_methods_on_the_same_episodes():
+    policy = studies.train_agent("case2", {}, "rl_local", TINY_DQN, seed=0, train_horizon_s=1800.0)
+    row = studies.generic_job(2, None, {"ours (case-2 agent transferred)": policy}, 0.0, TINY_DQN, 0, [0, 1],
+                              test_horizon_s=1800.0)
+    sc = scenarios.generic(2)
+    assert (row["system"], row["lines"], row["stops"]) == (2, len(sc.lines), sum(ln.n_stops for ln in sc.lines))
+    expected = np.mean([simulate(sc, NoHolding(), seed=s, horizon_s=1800.0).metrics["travel_time_s"] for s in (0, 1)])
+    assert row["no holding"] == pytest.approx(expected)
+    assert set(row) >= {"feedback", "ours (case-2 agent transferred)"} and "ours (trained per system)" not in row

@@ -373,13 +373,14 @@ def generic_row(index: int, controllers: dict[str, Any], seeds: list[int], horiz
     return row
 
 
-def generic_job(index: int, code: str | None, transferred: GreedyPolicy, feedback_slack_s: float,
+def generic_job(index: int, code: str | None, transferred: dict[str, GreedyPolicy], feedback_slack_s: float,
                 dqn: dict, agent_seed: int, seeds: list[int], train_horizon_s: float = TRAIN_HORIZON_S,
                 test_horizon_s: float | None = None) -> dict:
-    """§5.5 for one system: no holding, feedback, the case-2 agent transferred unchanged and —
-    when ``code`` is given — an agent trained on this system with that reward (cached)."""
-    controllers: dict[str, Any] = {"no holding": NoHolding(), "feedback": Feedback(slack_s=feedback_slack_s),
-                                   "ours (case-2 agent transferred)": DQNController(transferred)}
+    """§5.5 for one system: no holding, feedback, the case-2 agents of ``transferred`` (column name →
+    policy) applied unchanged and — when ``code`` is given — an agent trained on this system with that
+    reward (column ``ours (trained per system)``, cached)."""
+    controllers: dict[str, Any] = {"no holding": NoHolding(), "feedback": Feedback(slack_s=feedback_slack_s)}
+    controllers |= {name: DQNController(policy) for name, policy in transferred.items()}
     if code is not None:
         policy = train_agent("generic", {"index": index}, code, dqn, agent_seed, train_horizon_s)
         controllers["ours (trained per system)"] = DQNController(policy)
