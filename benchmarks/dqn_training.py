@@ -1,0 +1,70 @@
+"""Cost of one shared-DQN training episode on case 1, split into simulation and updates, and the
+update time with one torch thread (``DQNConfig.threads``, the default) versus torch's default
+thread count measured in the same run.
+
+The authors' network (5 × 400 ReLU, batch 200, 200 updates per episode) dominates an episode:
+the 4-h simulation with ~600 decisions is a fraction of a second. On the 2-core study machine a
+single thread was several times faster than two for these small batches. Run:
+
+    .venv/bin/python benchmarks/dqn_training.py [--updates 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from llmtraffic.bus import HoldingEnv, scenarios
+from llmtraffic.bus.rewards import rl_global
+from llmtraffic.rl.dqn import DQNAgent, DQNConfig
+
+
+def filled_agent(cfg: DQNConfig) -> DQNAgent:
+    """An agent whose replay holds one ε = 1 case-1 episode (timed; acting runs the network)."""
+    agent = DQNAgent(6, 2, cfg)
+    env = HoldingEnv(scenarios.case1(), rl_global, seed=0)
+    env.reset(seed=0)
+    for _ in env.agent_iter():
+        obs, _, terminated, truncated, _ = env.last()
+        env.step(None if terminated or truncated else agent.act(obs, explore=True))
+        for t in env.pop_transitions():
+            agent.remember(t.state, t.action, t.reward, t.next_state, False)
+    return agent
+
+
+def seconds_per_update(agent: DQNAgent, threads: int, updates: int) -> float:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        agent._update()  # warm-up (allocations)
+        start = time.perf_counter()
+        for _ in range(updates):
+            agent._update()
+        return (time.perf_counter() - start) / updates
+    finally:
+        torch.set_num_threads(before)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=50)
+    args = parser.parse_args()
+    cfg = DQNConfig(learning_starts=200, obs_scale=(1000.0,) * 4 + (10.0, 10.0))
+    start = time.perf_counter()
+    agent = filled_agent(cfg)
+    sim_s = time.perf_counter() - start
+    default_threads = torch.get_num_threads()
+    one = seconds_per_update(agent, 1, args.updates)
+    many = seconds_per_update(agent, default_threads, args.updates)
+    print(f"case-1 episode with {agent.replay.size} decisions: {sim_s:.2f} s")
+    print(f"update (5x400, batch 200): 1 thread {one * 1e3:.1f} ms, {default_threads} threads {many * 1e3:.1f} ms "
+          f"(ratio {many / one:.2f})")
+    print(f"one training episode ({cfg.updates_per_episode} updates, 1 thread): "
+          f"{sim_s + cfg.updates_per_episode * one:.1f} s, of which updates "
+          f"{100 * cfg.updates_per_episode * one / (sim_s + cfg.updates_per_episode * one):.0f} %")
+
+
+if __name__ == "__main__":
+    main()
