@@ -96,7 +96,8 @@ class IPPO:
 
 
 def gae(rewards: np.ndarray, values: np.ndarray, last_value: float, gamma: float, lam: float) -> np.ndarray:
-    """Generalised advantage estimates of one truncated episode (bootstrapped from ``last_value``)."""
+    """Generalised advantage estimates of one truncated episode, bootstrapped from ``last_value``
+    (:func:`llmtraffic.rl.llm_ppo.gae` ends at a terminal answer instead)."""
     adv = np.zeros_like(rewards)
     running, nxt = 0.0, last_value
     for t in reversed(range(len(rewards))):
