@@ -178,6 +178,7 @@ def discover(tls: str) -> tuple[tuple[Phase, ...], tuple[str, ...], tuple[str, .
             turn = next((_TURN.get(lk[6], "through") for lk in ls.lane.getLinks(in_lane)
                          if lk[0] == out_lane), "through")
             movements[i] = Movement(in_lane, out_lane, approach_of(ls.lane.getShape(in_lane)), turn)
+    # links green in every phase (e.g. permissive right turns) tell no phase apart: names skip them
     always = {i for i in movements if all(s[i] in "Gg" for s in greens)} if len(greens) > 1 else set()
     phases, seen = [], {}
     for k, s in enumerate(greens):
@@ -185,7 +186,7 @@ def discover(tls: str) -> tuple[tuple[Phase, ...], tuple[str, ...], tuple[str, .
         mnemonic, text = name_phase(tuple(movements[i] for i in sorted(movements)
                                           if s[i] in "Gg" and i not in always))
         seen[mnemonic] = seen.get(mnemonic, 0) + 1
-        if seen[mnemonic] > 1:  # two programs' phases differing only in always-green links
+        if seen[mnemonic] > 1:  # keep names unique, as actions are chosen by name in prompts
             mnemonic = f"{mnemonic}{seen[mnemonic]}"
         phases.append(Phase(k, mnemonic, text, moves, s))
     incoming = tuple(dict.fromkeys(m.in_lane for m in movements.values()))
