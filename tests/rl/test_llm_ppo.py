@@ -280,6 +280,14 @@ def test_4bit_lora_gradients_after_generate_match_a_fresh_copy():
     assert torch.allclose(after, reference, atol=1e-6)
 
 
+def test_config_flag_quantizes_a_full_precision_model():
+    import bitsandbytes as bnb
+
+    policy = LMPolicy(*tiny(hidden=64), PPOConfig(max_new_tokens=2, load_in_4bit=True))
+    layers = [m for m in policy.model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert len(layers) == 14 and not any(m.support_avx512bf16_for_cpu for m in layers)
+
+
 def test_without_the_fix_cpu_repacking_breaks_training():
     from bitsandbytes.functional import has_avx512bf16
 

@@ -203,6 +203,12 @@ def disable_cpu_repacking(model: nn.Module) -> int:
     return len(layers)
 
 
+def _is_4bit(model: nn.Module) -> bool:
+    import bitsandbytes as bnb
+
+    return any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
+
+
 def load_policy_model(source, load_in_4bit: bool = False, device: str | None = None):
     """A causal LM from a path (or an in-memory model), optionally with a 4-bit NF4 base.
 
@@ -266,6 +272,8 @@ class LMPolicy:
 
         self.cfg, self.tokenizer = cfg, tokenizer
         self.rng = np.random.default_rng(cfg.seed)
+        if cfg.load_in_4bit and not _is_4bit(model):
+            model = load_policy_model(model, load_in_4bit=True)
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules="all-linear", task_type="CAUSAL_LM")
         with torch.random.fork_rng(devices=[]):  # peft and nn.Linear draw from the global generator
