@@ -1,0 +1,109 @@
+"""Speed of the LLM signal policy on the surrogate (OracleTSC Alg. 1 on CPU).
+
+1. Decisions per second with G answers sampled in one batched ``generate`` call (what
+   ``LMPolicy.sample`` does, Alg. 1) against the reference of G sequential one-answer calls on
+   the same prompts, measured in the same run: ratio = batched / sequential decisions per s.
+2. PPO update tokens per second (``LMPolicy.update`` on a buffer of 400 s of exchanges = 40
+   decisions, §4.1.3: scoring old and reference log-probs and values, then the clipped
+   update) against the reference of one plain supervised forward/backward on the same tokens.
+
+The surrogate is the one the notebooks use (hidden 128, 2 layers), supervised briefly on a
+short collection episode; one torch thread, as each notebook job gets. Run:
+
+    .venv/bin/python benchmarks/llm_policy.py [--scenario cologne1] [--group 8] [--decisions 40] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from llmtraffic.rl.llm_ppo import LMPolicy
+from llmtraffic.signal.surrogate import (SurrogateConfig, _answer_loss, collect_states, compact_prompt,
+                                         load_surrogate, surrogate_ppo_config, train_surrogate)
+
+
+def median_time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="cologne1", help="cologne1, hangzhou1x1 or synthetic (no data files)")
+    parser.add_argument("--group", type=int, default=8, help="G answers per decision")
+    parser.add_argument("--decisions", type=int, default=40, help="decisions per timing (40 = one 400-s buffer)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    cfg = SurrogateConfig(scenario=args.scenario, collect_seeds=(1000,), episode_s=10 * args.decisions, steps=100)
+    policy_model, tok = load_surrogate(train_surrogate(cfg))
+    policy = LMPolicy(policy_model, tok, surrogate_ppo_config(group_size=args.group))
+    prompts = [compact_prompt(s) for s in collect_states(cfg)][: args.decisions]
+    n = len(prompts)
+
+    def batched():
+        for p in prompts:
+            policy.sample(p, rng=np.random.default_rng(0), record=False)
+
+    def sequential():
+        for p in prompts:
+            for _ in range(args.group):
+                policy.sample(p, group_size=1, rng=np.random.default_rng(0), record=False)
+
+    t_batched, t_seq = median_time(batched, args.repeats), median_time(sequential, args.repeats)
+    print(f"sampling, G = {args.group}, {n} decisions ({args.scenario} prompts, {policy.cfg.max_new_tokens} tokens max)")
+    print(f"  batched (one generate of G)  {n / t_batched:7.1f} decisions/s")
+    print(f"  sequential (G generates of 1) {n / t_seq:7.1f} decisions/s   (reference)")
+    print(f"  ratio batched / sequential    {t_seq / t_batched:7.2f}x")
+
+    rng = np.random.default_rng(1)
+
+    def fill_buffer():
+        buffer = []
+        for p in prompts:
+            _, ex = policy.sample(p, rng=rng)
+            ex.reward = float(rng.normal())
+            buffer.append(ex)
+        return buffer
+
+    update_times, tokens = [], 0
+    for _ in range(args.repeats + 1):
+        buffer = fill_buffer()
+        start = time.perf_counter()
+        policy.update(buffer)
+        update_times.append(time.perf_counter() - start)
+    update_times = update_times[1:]  # the first is the warm-up
+    answer_tokens = sum(len(ex.answer_ids) for ex in buffer)
+    tokens = sum(len(ex.prompt_ids) + len(ex.answer_ids) for ex in buffer)
+    prompt_lists = [ex.prompt_ids.tolist() for ex in buffer]
+    answer_lists = [ex.answer_ids.tolist() for ex in buffer]
+    base = policy.model.get_base_model()
+    mb = policy.cfg.minibatch_size
+
+    def supervised():
+        for start in range(0, n, mb):
+            base.zero_grad()
+            _answer_loss(base, prompt_lists[start : start + mb], answer_lists[start : start + mb],
+                         tok.pad_token_id).backward()
+
+    t_update, t_sup = statistics.median(update_times), median_time(supervised, args.repeats)
+    base.zero_grad()
+    print(f"PPO update on {n} exchanges ({tokens} prompt+answer tokens, {answer_tokens} answer tokens)")
+    print(f"  LMPolicy.update                {tokens / t_update:8.0f} tokens/s  ({answer_tokens / t_update:6.0f} answer tokens/s, {t_update:.2f} s)")
+    print(f"  supervised forward/backward    {tokens / t_sup:8.0f} tokens/s  (reference, {t_sup:.2f} s)")
+    print(f"  ratio update / reference time  {t_update / t_sup:8.2f}x  (update = 2 scoring passes + forward/backward)")
+
+
+if __name__ == "__main__":
+    main()
