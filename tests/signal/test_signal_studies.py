@@ -1,0 +1,120 @@
+"""OracleTSC notebook glue: backbones, agreement, cells and labels, the cached fine-tune job."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from llmtraffic.signal import studies
+from llmtraffic.signal.studies import (
+    NEEDS_GPU,
+    SURROGATE,
+    answer_agreement,
+    backbone_unavailable,
+    evaluate_backbone,
+    finetune,
+    metric_cells,
+    ppo_config,
+    reward_label,
+    share_above,
+    summarize,
+)
+
+TINY = {"collect_seeds": [1000], "episode_s": 300, "steps": 0, "hidden": 32}
+"""An unsupervised tiny surrogate: enough to exercise the job quickly."""
+
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+def _evaluation(queues, travel, delays, throughputs, invalid, deadlocks, r_env):
+    return {"runs": [{"seed": i, "queue": q, "travel_time_s": t, "travel_time_all_s": t, "delay": d,
+                      "throughput": n, "invalid_rate": v, "deadlock": k, "r_env": r}
+                     for i, (q, t, d, n, v, k, r) in enumerate(zip(queues, travel, delays, throughputs, invalid, deadlocks, r_env))],
+            "agreement": [{"modal_share": 1.0, "entropy": 0.0}, {"modal_share": 0.5, "entropy": math.log(2)}]}
+
+
+def test_answer_agreement_by_hand():
+    a = answer_agreement([0, 0, 1, None])
+    assert a["modal_share"] == 0.5 and a["distinct"] == 3 and a["invalid"] == 0.25
+    assert a["entropy"] == pytest.approx(-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)))
+    unanimous = answer_agreement([2] * 8)
+    assert unanimous == {"modal_share": 1.0, "distinct": 1, "entropy": 0.0, "invalid": 0.0}
+    with pytest.raises(ValueError, match="no answers"):
+        answer_agreement([])
+
+
+def test_summary_cells_and_share_above():
+    before = _evaluation([20, 30], [100, 140], [0.5, 0.7], [1000, 1100], [0.0, 0.1], [False, True], [[0, 3, -1], [5]])
+    after = _evaluation([10, 14], [90, 90], [0.4, 0.4], [1200, 1210], [0.0, 0.0], [False, False], [[3, 3], [0, 1]])
+    s = summarize(before)
+    assert s["queue"] == 25 and s["deadlocks"] == 1 and s["runs"] == 2 and s["invalid_rate"] == pytest.approx(0.05)
+    assert s["modal_share"] == 0.75 and s["entropy"] == pytest.approx(math.log(2) / 2)
+    cells = metric_cells(after, before)
+    assert cells == {"Travel Time": "90.00 (−25%)", "Queue": "12.00 (−52%)", "Delay": "0.40 (−33%)",
+                     "Throughput": "1205 (+15%)", "Invalid answers": "0.0%", "Deadlocks": "0/2"}
+    assert metric_cells(before)["Queue"] == "25.00" and metric_cells(before)["Invalid answers"] == "5.0%"
+    assert share_above(before, 2.5) == 0.5  # 3 and 5 of [0, 3, -1, 5]
+    assert share_above(after, 2.5) == 0.5
+
+
+def test_reward_labels():
+    assert reward_label({}) == "R_env"
+    assert reward_label({"hurdle": 2.7}) == "R_env − H_R(=2.7)"
+    assert reward_label({"entropy": "softmax", "tau": 0}) == "R_env + w·R_E (softmax DSE, τ=0)"
+    assert reward_label({"hurdle": 3, "entropy": "naive", "w_e": 0.5}) == "R_env − H_R(=3) + 0.5·R_E (naive DSE)"
+    with pytest.raises(ValueError, match="RewardConfig.entropy"):
+        reward_label({"entropy": "bogus"})
+
+
+def test_paper_backbones_say_they_need_a_gpu_and_use_table8():
+    assert backbone_unavailable(SURROGATE) is None
+    if not torch.cuda.is_available():
+        assert backbone_unavailable("Qwen3-8B") == NEEDS_GPU
+        out = finetune("Qwen3-8B", "cologne1", {"episodes": 1}, [100])
+        assert out["unavailable"] == NEEDS_GPU
+        assert evaluate_backbone("LLaMA3-8B", "hangzhou1x1", [100])["unavailable"] == NEEDS_GPU
+    cfg = ppo_config("Qwen3-0.6B", "hangzhou1x1")
+    assert cfg.load_in_4bit and cfg.actor_lr == 2.5e-5 and cfg.clip_high == 0.5 and cfg.max_new_tokens == 512
+    assert ppo_config("Qwen3-8B", "hangzhou1x1").actor_weight_decay == 8e-7
+    assert ppo_config(SURROGATE, "cologne1").actor_lr == 5e-4
+    assert ppo_config(SURROGATE, "cologne1", group_size=4).group_size == 4
+
+
+def test_finetune_job_runs_caches_and_reports(monkeypatch):
+    oracle = {"episodes": 1, "episode_s": 360, "update_every_s": 180, "checkpoint_every_s": 180,
+              "reward": {"hurdle": 1.0, "entropy": "softmax", "tau": 1.0}}
+    kwargs = dict(oracle=oracle, eval_seeds=[7, 8], select_seed=5, ppo={"group_size": 2}, surrogate=TINY, probe_every=12)
+    out = finetune(SURROGATE, "synthetic", **kwargs)
+    assert [e["updates"] for e in out["training"]] == [2]
+    assert [r["checkpoint"] for r in out["selection"]] == ["ep0_t00180.pt", "ep0_t00360.pt"]
+    best = min(out["selection"], key=lambda r: (r["deadlock"], r["queue"]))
+    assert out["best_checkpoint"].endswith(best["checkpoint"])
+    evaluation = out["after"]["synthetic"]
+    assert [r["seed"] for r in evaluation["runs"]] == [7, 8]
+    decisions = 36
+    for run in evaluation["runs"]:
+        assert len(run["queue_series"]) == decisions and len(run["r_env"]) == decisions - 1
+        assert 0 <= run["invalid_rate"] <= 1
+    assert len(evaluation["agreement"]) == 2 * math.ceil(decisions / 12)
+    assert all(a["distinct"] <= 2 and 0.5 <= a["modal_share"] <= 1 for a in evaluation["agreement"])
+    assert [t["decision"] for t in evaluation["traces"]] == [0, 12, 24]
+    assert all(len(t["answers"]) == 2 == len(t["phases"]) for t in evaluation["traces"])
+    assert summarize(evaluation)["queue"] == pytest.approx(np.mean([r["queue"] for r in evaluation["runs"]]))
+
+    def must_not_train(*args, **kw):
+        raise AssertionError("a cached fine-tune was trained again")
+
+    monkeypatch.setattr(studies, "train", must_not_train)
+    again = finetune(SURROGATE, "synthetic", **kwargs)
+    assert again["after"]["synthetic"]["runs"] == evaluation["runs"]
+
+
+def test_before_evaluation_is_seeded_and_cached():
+    first = evaluate_backbone(SURROGATE, "synthetic", [3], episode_s=200, ppo={"group_size": 2}, surrogate=TINY, probe_every=5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LLMTRAFFIC_FRESH", "1")  # rebuild instead of loading: same seeds, same episode
+        second = evaluate_backbone(SURROGATE, "synthetic", [3], episode_s=200, ppo={"group_size": 2}, surrogate=TINY, probe_every=5)
+    assert first["runs"] == second["runs"] and first["agreement"] == second["agreement"]
+    assert len(first["agreement"]) == 4 and first["traces"][0]["decision"] == 0
