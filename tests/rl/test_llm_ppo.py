@@ -18,6 +18,7 @@ from llmtraffic.rl.llm_ppo import (
     load_policy_model,
     standardize,
     token_rewards,
+    torch_threads,
 )
 
 CORPUS = [f"<signal>{x}</signal> queue {i} near {i + 1}" for x in ("ETWT", "NTST", "ELWL", "NLSL") for i in range(9)]
@@ -25,11 +26,8 @@ CORPUS = [f"<signal>{x}</signal> queue {i} near {i + 1}" for x in ("ETWT", "NTST
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
-    """Tiny models run fastest on one thread; more threads only contend on a shared 2-core box."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 def tiny(seed: int = 0, hidden: int = 32):

@@ -7,7 +7,7 @@ from statistics import median
 import pytest
 import torch
 
-from llmtraffic.rl.llm_ppo import LMPolicy
+from llmtraffic.rl.llm_ppo import LMPolicy, torch_threads
 from llmtraffic.signal.oracle_training import OracleConfig, evaluate_policy, select_best, train
 from llmtraffic.signal.surrogate import SurrogateConfig, compact_prompt, load_surrogate, surrogate_ppo_config, train_surrogate
 
@@ -18,10 +18,8 @@ def prompter(state, history):
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from llmtraffic.rl.llm_ppo import torch_threads
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 from llmtraffic.signal.surrogate import (
     LABEL,
@@ -33,10 +34,8 @@ STATE = IntersectionState(
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 def test_compact_prompt_sums_each_lane_once():

@@ -16,6 +16,8 @@ the decision's reward sits on its last token; nothing is propagated across decis
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -233,6 +235,18 @@ def load_policy_model(source, load_in_4bit: bool = False, device: str | None = N
     if load_in_4bit:
         disable_cpu_repacking(model)
     return model
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run with ``n`` torch CPU threads. Tiny models are fastest on one: on a shared 2-core
+    machine more threads mostly spin and wait (measured ~100x slower per small forward)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # ----------------------------------------------------------------------------- policy
