@@ -17,6 +17,7 @@ from llmtraffic.signal.studies import (
     metric_cells,
     ppo_config,
     reward_label,
+    table8_hurdle,
     share_above,
     summarize,
 )
@@ -78,6 +79,7 @@ def test_paper_backbones_say_they_need_a_gpu_and_use_table8():
     cfg = ppo_config("Qwen3-0.6B", "hangzhou1x1")
     assert cfg.load_in_4bit and cfg.actor_lr == 2.5e-5 and cfg.clip_high == 0.5 and cfg.max_new_tokens == 512
     assert ppo_config("Qwen3-8B", "hangzhou1x1").actor_weight_decay == 8e-7
+    assert table8_hurdle("LLaMA3-8B", "cologne1", 1.0) == 3.7 and table8_hurdle(SURROGATE, "cologne1", 1.0) == 1.0
     assert ppo_config(SURROGATE, "cologne1").actor_lr == 5e-4
     assert ppo_config(SURROGATE, "cologne1", group_size=4).group_size == 4
 
@@ -118,3 +120,14 @@ def test_before_evaluation_is_seeded_and_cached():
         second = evaluate_backbone(SURROGATE, "synthetic", [3], episode_s=200, ppo={"group_size": 2}, surrogate=TINY, probe_every=5)
     assert first["runs"] == second["runs"] and first["agreement"] == second["agreement"]
     assert len(first["agreement"]) == 4 and first["traces"][0]["decision"] == 0
+
+
+def test_one_checkpoint_is_used_without_a_selection_episode(monkeypatch):
+    def no_selection(*args, **kw):
+        raise AssertionError("select_best ran with a single checkpoint")
+
+    monkeypatch.setattr(studies, "select_best", no_selection)
+    oracle = {"episodes": 1, "episode_s": 180, "update_every_s": 180, "checkpoint_every_s": 180}
+    out = finetune(SURROGATE, "synthetic", oracle, [7], ppo={"group_size": 2}, surrogate=TINY)
+    assert out["selection"] == [] and out["best_checkpoint"].endswith("ep0_t00180.pt")
+    assert len(out["after"]["synthetic"]["runs"][0]["queue_series"]) == 18

@@ -13,6 +13,8 @@ Stable API (signatures kept fixed; keyword arguments are JSON-safe so results ca
     Why a backbone cannot run here (``NEEDS_GPU``), or None. ``"surrogate-tiny"`` always runs;
     any other name is a local folder or a Hugging Face model id in the local cache, and needs
     CUDA.
+``table8_hurdle(backbone, scenario, default) -> float``
+    H_R of Table 8 for a paper backbone, else ``default`` (the surrogate's notebook value).
 ``ppo_config(backbone, scenario, **overrides) -> PPOConfig``
     The surrogate's settings (:func:`~.surrogate.surrogate_ppo_config`) or Table 8's for a
     paper backbone (4-bit base, chat prompt, 512 new tokens).
@@ -25,7 +27,8 @@ probe_every=10) -> dict``
     The "before fine-tuning" evaluation, cached (kind ``tsc_before``).
 ``finetune(backbone, scenario, oracle, eval_seeds, select_seed=50, ppo=None, surrogate=None,
 eval_scenarios=None, eval_episode_s=None, probe_every=10) -> dict``
-    Fine-tune, select, evaluate; cached (kind ``tsc_finetune``) with resumable checkpoints.
+    Fine-tune, select (only among two or more checkpoints), evaluate; cached (kind
+    ``tsc_finetune``) with resumable checkpoints.
     ``oracle`` holds :class:`OracleConfig` fields (``reward`` as a dict of
     :class:`~.oracle.RewardConfig` fields).
 ``summarize(evaluation) -> dict`` / ``metric_cells(after, before=None) -> dict``
@@ -50,7 +53,7 @@ common phase, the number of distinct phases, and their discrete semantic entropy
 G answers of the first three probes of the first seed (Listings 1–2).
 
 ``finetune(...)`` returns ``{"params", "training": [per-episode stats], "selection": [per
-checkpoint], "best_checkpoint": str, "after": {scenario: evaluation}}``, or
+checkpoint; empty when there was only one], "best_checkpoint": str, "after": {scenario: evaluation}}``, or
 ``{"params", "unavailable": reason}`` when the backbone cannot run here (never cached).
 """
 
@@ -129,6 +132,11 @@ def backbone_unavailable(backbone: str) -> str | None:
     if not torch.cuda.is_available() or _hf_path(backbone) is None:
         return NEEDS_GPU
     return None
+
+
+def table8_hurdle(backbone: str, scenario: str, default: float) -> float:
+    """H_R of Table 8 for a paper backbone on a LibSignal intersection, else ``default``."""
+    return TABLE8.get((backbone, scenario), {}).get("hurdle", default)
 
 
 def ppo_config(backbone: str, scenario: str, **overrides: Any) -> PPOConfig:
@@ -287,7 +295,12 @@ def finetune(backbone: str, scenario: str, oracle: dict, eval_seeds: Sequence[in
         policy, prompter = load_backbone(backbone, scenario, ppo, surrogate)
         out = cache_dir("tsc_finetune_ckpt", params)
         trained = train(policy, prompter, cfg, out)
-        best, selection = select_best(policy, prompter, trained["checkpoints"], scenario, select_seed, eval_episode_s)
+        checkpoints = trained["checkpoints"]
+        if len(checkpoints) == 1:  # one candidate: nothing to select, no held-out episode spent
+            best, selection = checkpoints[0], []
+            policy.load(best)
+        else:
+            best, selection = select_best(policy, prompter, checkpoints, scenario, select_seed, eval_episode_s)
         after = {sc: evaluate_run(policy, prompter, sc, eval_seeds, eval_episode_s, probe_every, backbone)
                  for sc in eval_scenarios}
         return {"params": params, "training": trained["episodes"], "selection": selection,
