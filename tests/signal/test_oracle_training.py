@@ -8,7 +8,11 @@ import pytest
 import torch
 
 from llmtraffic.rl.llm_ppo import LMPolicy, torch_threads
-from llmtraffic.signal.oracle_training import OracleConfig, evaluate_policy, select_best, train
+from llmtraffic.llm.tiny import tiny_tokenizer
+from llmtraffic.signal import evaluate
+from llmtraffic.signal.oracle_training import (LLMController, OracleConfig, chat_prompter, evaluate_policy,
+                                               select_best, train)
+from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 from llmtraffic.signal.surrogate import SurrogateConfig, compact_prompt, load_surrogate, surrogate_ppo_config, train_surrogate
 
 
@@ -30,6 +34,45 @@ def raw_surrogate():
 
 class Killed(Exception):
     pass
+
+
+class ScriptedPolicy:
+    """Stands in for LMPolicy.sample with fixed answers, to check the controller's bookkeeping."""
+
+    def __init__(self, answers):
+        self.answers, self.calls = list(answers), []
+
+    def sample(self, prompt, group_size=None, rng=None, record=True):
+        self.calls.append((prompt, group_size, record))
+        return [self.answers[(len(self.calls) - 1) % len(self.answers)]], None
+
+
+def test_controller_applies_algorithm_2_keeps_phase_on_invalid_and_passes_two_past_exchanges():
+    script = ["<signal>EULWUL</signal>", "no idea", "Northern and southern U-turn and left-turn lanes", "<signal>x</signal>"]
+    policy = ScriptedPolicy(script)
+    seen = []
+
+    def spy_prompter(state, history):
+        seen.append((state.phase, [a for _, a in history]))
+        return "p"
+
+    controller = LLMController(policy, spy_prompter)
+    evaluate("cologne1", controller, seed=3, episode_s=80)  # 8 decisions
+    # phases: EULWUL = 3, invalid keeps 3, NULSUL = 1 (by description), invalid keeps 1
+    assert [phase for phase, _ in seen] == [0, 3, 3, 1, 1, 3, 3, 1]
+    assert [h for _, h in seen][:4] == [[], [3], [3, 3], [3, 1]]
+    assert (controller.decisions, controller.invalid) == (8, 4)
+    assert all(call == ("p", 1, False) for call in policy.calls)  # G = 1, never recorded for training
+
+
+def test_chat_prompter_uses_the_chat_template_with_a4_system_prompt():
+    tok = tiny_tokenizer(["<signal>NTST</signal>"] * 3)
+    phase = Phase(0, "NTST", "Northern and southern through lanes", (Movement("n", "s", "N", "through"),))
+    state = IntersectionState(120.0, 0, {"n": LaneCounts(4, 0, 1, 2)}, (phase,))
+    text = chat_prompter(tok)(state, [])
+    assert text.startswith("<|im_start|>system\nYou are an expert in traffic management.")
+    assert "<|im_start|>user\n## Current state (t = 120 s)\nCurrent phase: NTST\n\nPhase: NTST" in text
+    assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_config_validation():
