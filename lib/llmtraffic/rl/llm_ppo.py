@@ -487,6 +487,7 @@ class LMPolicy:
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.rng.bit_generator.state = state["rng"]
         self.updates = state["updates"]
+        self.pending = []  # sampled by the policy just replaced: they can no longer be scored
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
