@@ -19,6 +19,9 @@ def test_expert_code_is_the_rl_local_reward():
         s[2:4] = s2[2:4] = 0.0
         a = int(rng.integers(2))
         assert namespace["reward"](s, a, s2) == pytest.approx(rewards.rl_local(s, a, s2))
+    # co-located buses (both headways 0) are fully bunched, as in rl_local, not perfectly balanced
+    bunched = np.array([0.0, 0.0, 0.0, 0.0, 10.0, 5.0])
+    assert namespace["reward"](bunched, 1, bunched) == rewards.rl_local(bunched, 1, bunched) == -100.5
 
 
 @pytest.mark.slow

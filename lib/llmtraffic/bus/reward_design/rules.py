@@ -46,7 +46,7 @@ TEMPLATE = '''def reward(current_state, action, next_state):
     # {label}: weighted components; weights tuned from test metrics by fixed rules.
     def imbalance(s):
         total = s[0] + s[1]
-        return abs(s[0] - s[1]) / total if total > 0 else 0.0
+        return abs(s[0] - s[1]) / total if total > 0 else 1.0  # a bus at the same spot: fully bunched
 
     # 6-value state (§3.2): onboard at [4], elapsed holding at [5]; case 1's 3-value state: onboard at [2]
     full = len(next_state) >= 6
