@@ -54,6 +54,16 @@ def test_system_prompt_describes_the_intersection_of_a4():
     assert "<signal>YOUR_CHOICE</signal>" in text
 
 
+def test_system_prompt_describes_unequal_approaches_lane_by_lane():
+    phases = (
+        Phase(0, "NT", "north", (Movement("n1", "o", "N", "through"), Movement("n2", "o", "N", "left"))),
+        Phase(1, "ET", "east", (Movement("e1", "o", "E", "through"),)),
+        Phase(2, "EU", "east u-turn", (Movement("e1", "o", "E", "uturn"),)),  # same lane, another phase
+    )
+    assert ("a two-section intersection with northern and eastern sections, the northern one with "
+            "through and left-turn lanes; the eastern one with U-turn/through lanes.") in system_prompt(phases)
+
+
 def test_user_prompt_keeps_only_two_most_recent_exchanges_with_their_actions():
     past = [(IntersectionState(float(t), 0, LANES, PHASES), a) for t, a in [(90, 3), (100, 0), (110, 2)]]
     text = user_prompt(STATE, past)

@@ -84,33 +84,35 @@ def phase_text(phase: Phase, state: IntersectionState) -> str:
     )
 
 
+def _listing(words: Sequence[str]) -> str:
+    """"a", "a and b", "a, b, and c"."""
+    if len(words) < 3:
+        return " and ".join(words)
+    return ", ".join(words[:-1]) + ", and " + words[-1]
+
+
 def _intersection_sentence(phases: Sequence[Phase]) -> str:
     """A.4's geometry sentence, derived from the phases' movements."""
-    lane_turns: dict[str, set[str]] = {}
-    for p in phases:
-        for label in lane_groups(p):
-            a, turn = label.split(" ", 1)
-            lane_turns.setdefault(a, set()).add(turn)
+    # One pseudo-phase with every movement: each lane is labelled once, with all its turns.
+    everything = Phase(-1, "", "", tuple(m for p in phases for m in p.movements))
+    lane_turns: dict[str, list[str]] = {}
+    for label in lane_groups(everything):  # labels come sorted by approach, then turn
+        a, turn = label.split(" ", 1)
+        lane_turns.setdefault(a, []).append(turn)
     if not lane_turns:
         return f"A traffic light regulates an intersection with {len(phases)} signal phases."
-    names = [APPROACH_NAMES[a] for a in APPROACH_ORDER if APPROACH_NAMES[a] in lane_turns]
-    names += sorted(set(lane_turns) - set(names))
-    n = len(names)
+    names = [name.lower() for name in lane_turns]
     words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
-    listing = ", ".join(s.lower() for s in names[:-1]) + (", and " if n > 2 else " and ") + names[-1].lower()
-    listing = listing if n > 1 else names[0].lower()
-    kinds = {frozenset(t) for t in lane_turns.values()}
+    kinds = {tuple(t) for t in lane_turns.values()}
     if len(kinds) == 1:
-        rank = [TURN_NAMES[t] for t in TURN_ORDER]
-        turns = sorted(next(iter(kinds)), key=lambda t: rank.index(t) if t in rank else 99)
-        lanes = ", ".join(f"one for {t} traffic" for t in turns[:-1])
-        lanes = f"{lanes} and one for {turns[-1]} traffic" if lanes else f"one for {turns[0]} traffic"
+        turns = next(iter(kinds))
+        lanes = _listing([f"one for {t} traffic" for t in turns])
         per = f"each containing {words.get(len(turns), len(turns))} lane groups: {lanes}"
     else:
-        per = "; ".join(f"the {s.lower()} one with {', '.join(sorted(lane_turns[s]))} lanes" for s in names)
+        per = "; ".join(f"the {name} one with {_listing(turns)} lanes" for name, turns in zip(names, lane_turns.values()))
     return (
-        f"A traffic light regulates a {words.get(n, n)}-section intersection with {listing} "
-        f"sections, {per}. Each lane is further divided into three segments."
+        f"A traffic light regulates a {words.get(len(names), len(names))}-section intersection with "
+        f"{_listing(names)} sections, {per}. Each lane is further divided into three segments."
     )
 
 
