@@ -1,6 +1,7 @@
 """Notebook glue of the reward-design studies: variants, designers from parameters, cached runs."""
 
 import dataclasses
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -175,3 +176,14 @@ def test_llm_direct_rows_count_decisions_failures_and_cost(monkeypatch):
     [garbled], _ = studies.direct_run(llm={"backend": "fake"}, seeds=[4], horizon_s=1800.0)
     assert garbled["failures"] == garbled["decisions"] > 0
     assert garbled["travel_time_s"] == evaluate(scenarios.case1(), None, 4, 1800.0)["travel_time_s"]
+
+
+def test_loop_source_digest_follows_the_loop_modules(tmp_path, monkeypatch):
+    digest = studies.loop_source_digest()
+    assert digest == studies.loop_source_digest() and len(digest) == 16
+    for name in studies.LOOP_SOURCES:
+        (tmp_path / name).write_bytes((Path(studies.__file__).parent / name).read_bytes())
+    monkeypatch.setattr(studies, "__file__", str(tmp_path / "studies.py"))
+    assert studies.loop_source_digest() == digest
+    (tmp_path / "rules.py").write_text((tmp_path / "rules.py").read_text() + "\n# edited\n")
+    assert studies.loop_source_digest() != digest

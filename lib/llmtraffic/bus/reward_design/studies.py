@@ -15,8 +15,10 @@ and ``one_shot`` (see :func:`~.designer.method`), and the §5.2.5 ablations ``co
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -139,6 +141,17 @@ class DesignRun:
         return self.outcome.best_code
 
 
+LOOP_SOURCES = ("designer.py", "experiment.py", "loop.py", "prompts.py", "rules.py")
+"""Modules whose code decides what a loop does; their digest is part of every run's cache key."""
+
+
+def loop_source_digest() -> str:
+    """Digest of :data:`LOOP_SOURCES`, so editing the loop, the prompts or the rule-based designer
+    invalidates cached runs (the harness's cache key holds only parameters and the version)."""
+    folder = Path(__file__).parent
+    return hashlib.sha256(b"".join((folder / name).read_bytes() for name in LOOP_SOURCES)).hexdigest()[:16]
+
+
 def _setup(scenario: str, dqn: dict, seed: int, test_seeds: list[int], horizon_s: float | None,
            train_horizon_s: float | None) -> DesignSetup:
     return DesignSetup(scenario=SCENARIOS[scenario](), dqn=DQNConfig(**{**dqn, "seed": seed}),
@@ -174,7 +187,7 @@ def design_run(*, designer: str, llm: dict | None, variant: str, seed: int, dqn:
         usage = model.usage().as_dict() if model is not None else None
         return DesignRun(designer, variant, seed, outcome, rows, usage, time.perf_counter() - start)
 
-    return study.cached("bus_reward_design", params, build)
+    return study.cached("bus_reward_design", {**params, "loop_source": loop_source_digest()}, build)
 
 
 def direct_run(*, llm: dict, seeds: list[int], horizon_s: float | None = None, scenario: str = "case1",
