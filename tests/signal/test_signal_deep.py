@@ -71,3 +71,19 @@ def test_ippo_learns_to_beat_fixed_time_on_cologne1():
     ours = evaluate("cologne1", trained, seed=0)
     assert ours["queue"] < evaluate("cologne1", FixedTime(30), seed=0)["queue"]
     assert ours["queue"] < evaluate("cologne1", untrained, seed=0)["queue"]
+
+
+def test_ippo_samples_reproducibly_after_reset_and_greedy_takes_the_argmax():
+    import torch
+
+    from llmtraffic.signal.ippo import IPPO, PPOConfig
+
+    agent = IPPO(10, 2, PPOConfig(hidden=(8,)))
+    with torch.no_grad():
+        agent.actor[-1].bias.copy_(torch.tensor([0.0, 0.4]))  # p(phase 1) ≈ 0.6
+    agent.reset(3)
+    first = [agent.act(STATE) for _ in range(50)]
+    agent.reset(3)
+    assert [agent.act(STATE) for _ in range(50)] == first and 10 < sum(first) < 45
+    agent.greedy = True
+    assert {agent.act(STATE) for _ in range(5)} == {1}
