@@ -125,7 +125,7 @@ def test_generic_summary_is_exact():
                           "ours": [95.0, 190.0, 285.0, 360.0]})
     s = studies.generic_summary(table, "ours")["value"]
     assert s["systems"] == 4
-    assert s["ours beats feedback (% of systems)"] == 50.0
+    assert s["beats feedback (% of systems)"] == 50.0
     assert s["mean change vs no holding (%)"] == pytest.approx(100 * np.mean([-0.05, -0.05, -0.05, -0.1]))
     assert s["mean reduction vs feedback (s)"] == pytest.approx(np.mean([-5, 20, -5, 40]))
 
