@@ -224,15 +224,16 @@ def cost_table(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
 
 
 def loop_summary(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
-    """Per row: candidates trained, invalid ones, refiner rejections, best test travel time of the
-    loop (on its test seeds; mean over agent seeds) and wall time of the loops."""
+    """Per row: candidates trained, invalid ones, valid ones not kept (rejected by the refiner, or
+    beaten by another of the ``k`` samples of their iteration), best test travel time of the loop
+    (on its test seeds; mean over agent seeds) and wall time of the loops."""
     out: dict[str, dict[str, Any]] = {}
     for label, group in runs.items():
         h = [r.outcome.history() for r in group]
         out[label] = {
             "candidates": sum(len(x) for x in h),
             "invalid": sum(int((~x["valid"]).sum()) for x in h),
-            "rejected by refiner": sum(int((x["valid"] & ~x["accepted"]).sum()) for x in h),
+            "not kept": sum(int((x["valid"] & ~x["accepted"]).sum()) for x in h),
             "best loop travel time (s)": round(float(np.mean([r.outcome.best.travel_time for r in group])), 1),
             "wall time (s)": round(sum(r.wall_s for r in group), 1),
         }
