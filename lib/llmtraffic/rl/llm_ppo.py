@@ -81,7 +81,8 @@ class PPOConfig:
     minibatch_size: int = 8
     """B: exchanges per gradient step (Alg. 1)."""
     use_critic: bool = True
-    """False = REINFORCE without a critic (Table 7): Monte-Carlo token returns as advantages."""
+    """False = REINFORCE without a critic (Table 7): Monte-Carlo token returns as advantages
+    (with ``standardize_advantages=False`` also without Table 7's absent baseline)."""
     standardize_advantages: bool = True
     """Standardise advantages per minibatch (Alg. 1)."""
     seed: int = 0
