@@ -33,6 +33,12 @@ eval_scenarios=None, eval_episode_s=None, probe_every=10) -> dict``
     :class:`~.oracle.RewardConfig` fields).
 ``summarize(evaluation) -> dict`` / ``metric_cells(after, before=None) -> dict``
     Mean metrics over seeds, and Table 1-style cells ``"12.3 (−45%)"``.
+``after_of(result, scenario=None) -> dict`` / ``results_table({name: (evaluation, reference)})``
+    A fine-tune's evaluation (or its reason), and Table 1/2 rows with changes vs a reference.
+``agreement_table({name: evaluation})`` / ``traces_table({name: evaluation})``
+    Q3's cross-answer agreement and the Listings 1–2 traces.
+``share_above(evaluation, hurdle) -> float``
+    Share of decisions whose R_env exceeds H_R (Fig. 4).
 ``reward_label(reward) -> str``
     The Table 2 row name of a reward (``"R_env − H_R(=2.7) + w·R_E (softmax τ=0)"``).
 
@@ -61,12 +67,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from .. import study
@@ -109,6 +117,20 @@ METRICS = ("travel_time_s", "queue", "delay", "throughput")
 TRACE_PROBES = 3
 """Probes of the first evaluation seed whose G answers are kept as reasoning traces."""
 
+TORCH_THREADS = 1
+"""Torch threads while a job runs: the surrogate's batches are too small to gain from more, and
+on a shared CPU two spinning threads per job made jobs 3–5× slower (measured on 2 cores)."""
+
+
+@contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
 
 # ----------------------------------------------------------------------------- backbones
 
@@ -150,7 +172,12 @@ def ppo_config(backbone: str, scenario: str, **overrides: Any) -> PPOConfig:
 def surrogate_artifact(scenario: str = "cologne1", **overrides: Any):
     """The surrogate pre-trained on ``scenario``'s states (cached, kind ``tsc_surrogate``)."""
     cfg = SurrogateConfig(**{"scenario": scenario, **overrides})
-    return study.cached("tsc_surrogate", surrogate_params(cfg), lambda: train_surrogate(cfg))
+
+    def build():
+        with _torch_threads(TORCH_THREADS):
+            return train_surrogate(cfg)
+
+    return study.cached("tsc_surrogate", surrogate_params(cfg), build)
 
 
 def _surrogate_prompter(state: IntersectionState, history: Sequence[tuple[IntersectionState, int]]) -> str:
@@ -260,8 +287,9 @@ def evaluate_backbone(backbone: str, scenario: str, eval_seeds: Sequence[int], e
               "eval_seeds": list(eval_seeds), "episode_s": episode_s, "probe_every": probe_every}
 
     def build() -> dict:
-        policy, prompter = load_backbone(backbone, scenario, ppo, surrogate)
-        return evaluate_run(policy, prompter, scenario, eval_seeds, episode_s, probe_every, backbone)
+        with _torch_threads(TORCH_THREADS):
+            policy, prompter = load_backbone(backbone, scenario, ppo, surrogate)
+            return evaluate_run(policy, prompter, scenario, eval_seeds, episode_s, probe_every, backbone)
 
     return study.cached("tsc_before", params, build)
 
@@ -292,19 +320,20 @@ def finetune(backbone: str, scenario: str, oracle: dict, eval_seeds: Sequence[in
         return {"params": params, "unavailable": reason}
 
     def build() -> dict:
-        policy, prompter = load_backbone(backbone, scenario, ppo, surrogate)
-        out = cache_dir("tsc_finetune_ckpt", params)
-        trained = train(policy, prompter, cfg, out)
-        checkpoints = trained["checkpoints"]
-        if len(checkpoints) == 1:  # one candidate: nothing to select, no held-out episode spent
-            best, selection = checkpoints[0], []
-            policy.load(best)
-        else:
-            best, selection = select_best(policy, prompter, checkpoints, scenario, select_seed, eval_episode_s)
-        after = {sc: evaluate_run(policy, prompter, sc, eval_seeds, eval_episode_s, probe_every, backbone)
-                 for sc in eval_scenarios}
-        return {"params": params, "training": trained["episodes"], "selection": selection,
-                "best_checkpoint": str(best), "after": after}
+        with _torch_threads(TORCH_THREADS):
+            policy, prompter = load_backbone(backbone, scenario, ppo, surrogate)
+            out = cache_dir("tsc_finetune_ckpt", params)
+            trained = train(policy, prompter, cfg, out)
+            checkpoints = trained["checkpoints"]
+            if len(checkpoints) == 1:  # one candidate: nothing to select, no held-out episode spent
+                best, selection = checkpoints[0], []
+                policy.load(best)
+            else:
+                best, selection = select_best(policy, prompter, checkpoints, scenario, select_seed, eval_episode_s)
+            after = {sc: evaluate_run(policy, prompter, sc, eval_seeds, eval_episode_s, probe_every, backbone)
+                     for sc in eval_scenarios}
+            return {"params": params, "training": trained["episodes"], "selection": selection,
+                    "best_checkpoint": str(best), "after": after}
 
     return study.cached("tsc_finetune", params, build)
 
@@ -373,3 +402,53 @@ def share_above(evaluation: dict, hurdle: float) -> float:
     """Share of decisions whose queue difference R_env (eq. 7) exceeds ``hurdle`` (Fig. 4)."""
     values = np.concatenate([r["r_env"] for r in evaluation["runs"]])
     return float(np.mean(values > hurdle)) if values.size else float("nan")
+
+
+def after_of(result: dict, scenario: str | None = None) -> dict:
+    """The evaluation of a :func:`finetune` result on ``scenario`` (default: its training
+    scenario), or ``{"unavailable": reason}`` as the result says."""
+    if "unavailable" in result:
+        return {"unavailable": result["unavailable"]}
+    return result["after"][scenario or result["params"]["oracle"]["scenario"]]
+
+
+def results_table(rows: dict[str, tuple[dict, dict | None]]) -> pd.DataFrame:
+    """Table 1/2 layout: row name → (evaluation, reference evaluation or None).
+
+    A row cites its change against the reference (``"12.34 (−45%)"``); an evaluation that is
+    ``{"unavailable": reason}`` fills the row with the reason.
+    """
+    cells = {}
+    for name, (evaluation, reference) in rows.items():
+        if "unavailable" in evaluation:
+            cells[name] = unavailable_cells(evaluation["unavailable"])
+        else:
+            usable = reference if reference is not None and "unavailable" not in reference else None
+            cells[name] = metric_cells(evaluation, usable)
+    return pd.DataFrame.from_dict(cells, orient="index").rename_axis("Method")
+
+
+def agreement_table(evaluations: dict[str, dict]) -> pd.DataFrame:
+    """Cross-answer agreement (Q3) per named evaluation: probes, mean share of the modal phase,
+    mean distinct phases, mean semantic entropy (nats), share of answers without a phase."""
+    out = {}
+    for name, evaluation in evaluations.items():
+        probes = pd.DataFrame(evaluation["agreement"])
+        out[name] = {"probes": len(probes), "modal share": probes["modal_share"].mean(),
+                     "distinct phases": probes["distinct"].mean(), "entropy (nats)": probes["entropy"].mean(),
+                     "answers without a phase": probes["invalid"].mean()}
+    return pd.DataFrame.from_dict(out, orient="index").rename_axis("Policy").round(3)
+
+
+def traces_table(evaluations: dict[str, dict], prompt_chars: int = 400) -> pd.DataFrame:
+    """The kept reasoning traces (Listings 1–2): per named evaluation and probe, the prompt
+    (its last ``prompt_chars`` characters) and the G answers with the phase each names."""
+    rows = []
+    for name, evaluation in evaluations.items():
+        for trace in evaluation["traces"]:
+            prompt = trace["prompt"]
+            rows.append({"policy": name, "decision": trace["decision"],
+                         "prompt": prompt if len(prompt) <= prompt_chars else "…" + prompt[-prompt_chars:],
+                         "answers": " ‖ ".join(repr(a) for a in trace["answers"]),
+                         "phases": ", ".join(p or "—" for p in trace["phases"])})
+    return pd.DataFrame(rows).set_index(["policy", "decision"])
