@@ -187,3 +187,23 @@ def test_loop_source_digest_follows_the_loop_modules(tmp_path, monkeypatch):
     assert studies.loop_source_digest() == digest
     (tmp_path / "rules.py").write_text((tmp_path / "rules.py").read_text() + "\n# edited\n")
     assert studies.loop_source_digest() != digest
+
+
+class SeedRecorder(FixedBackend):
+    def __init__(self):
+        self.seeds = []
+
+    def generate(self, messages, n, temperature, max_tokens, seed):
+        self.seeds.append(seed)
+        return super().generate(messages, n, temperature, max_tokens, seed)
+
+
+def test_llm_designer_samples_repeated_prompts_with_new_seeds():
+    backend = SeedRecorder()
+    designer = LLMDesigner(LLM(backend), studies.Setting.of(scenarios.case1()), seed=7)
+    for _ in range(3):  # the k samples of one Eureka-style iteration: the same prompt each time
+        designer.initial()
+    assert backend.seeds == [7, 8, 9]
+    unseeded = SeedRecorder()
+    LLMDesigner(LLM(unseeded), studies.Setting.of(scenarios.case1()), seed=None).initial()
+    assert unseeded.seeds == [None]

@@ -33,10 +33,15 @@ class LLMDesigner:
         self.temperature, self.max_tokens, self.seed = temperature, max_tokens, seed
         self.critic = critic
         self.name = f"{llm.backend.model}" + (" (critic)" if critic else "")
+        self._calls = 0
 
     def _ask(self, messages: list[dict]) -> str:
+        # one sampling seed per request (seed, seed + 1, ...): with a fixed seed, an API would
+        # answer the k samples of an Eureka-style iteration (identical prompts) k times alike
+        seed = None if self.seed is None else self.seed + self._calls
+        self._calls += 1
         return self.llm.complete(messages, n=1, temperature=self.temperature,
-                                 max_tokens=self.max_tokens, seed=self.seed)[0]
+                                 max_tokens=self.max_tokens, seed=seed)[0]
 
     def _code(self, messages: list[dict]) -> Reply:
         text = self._ask(messages)
