@@ -16,9 +16,13 @@ from llmtraffic.signal.studies import (
     finetune,
     metric_cells,
     ppo_config,
+    after_of,
+    agreement_table,
+    results_table,
     reward_label,
     table8_hurdle,
     share_above,
+    traces_table,
     summarize,
 )
 
@@ -57,6 +61,17 @@ def test_summary_cells_and_share_above():
                      "Throughput": "1205 (+15%)", "Invalid answers": "0.0%", "Deadlocks": "0/2"}
     assert metric_cells(before)["Queue"] == "25.00" and metric_cells(before)["Invalid answers"] == "5.0%"
     assert share_above(before, 2.5) == 0.5  # 3 and 5 of [0, 3, -1, 5]
+    table = results_table({"base": (before, None), "tuned": (after, before), "8B": ({"unavailable": NEEDS_GPU}, None)})
+    assert table.loc["tuned", "Queue"] == "12.00 (−52%)" and table.loc["base", "Queue"] == "25.00"
+    assert set(table.loc["8B"]) == {NEEDS_GPU}
+    assert results_table({"x": (after, {"unavailable": NEEDS_GPU})}).loc["x", "Queue"] == "12.00"
+    for ev in (before, after):
+        for probe, phases in zip(ev["agreement"], ([1, 1], [0, None])):
+            probe.update(answer_agreement(phases))
+    agree = agreement_table({"before": before})
+    assert agree.loc["before"].to_dict() == {"probes": 2, "modal share": 0.75, "distinct phases": 1.5,
+                                             "entropy (nats)": round(math.log(2) / 2, 3), "answers without a phase": 0.25}
+    assert after_of({"unavailable": NEEDS_GPU}) == {"unavailable": NEEDS_GPU}
     assert share_above(after, 2.5) == 0.5
 
 
@@ -104,6 +119,9 @@ def test_finetune_job_runs_caches_and_reports(monkeypatch):
     assert [t["decision"] for t in evaluation["traces"]] == [0, 12, 24]
     assert all(len(t["answers"]) == 2 == len(t["phases"]) for t in evaluation["traces"])
     assert summarize(evaluation)["queue"] == pytest.approx(np.mean([r["queue"] for r in evaluation["runs"]]))
+    assert after_of(out) is evaluation
+    traces = traces_table({"after": evaluation})
+    assert list(traces.index) == [("after", 0), ("after", 12), ("after", 24)]
 
     def must_not_train(*args, **kw):
         raise AssertionError("a cached fine-tune was trained again")
