@@ -137,7 +137,7 @@ def test_corridor_share_reads_back_the_rebalanced_share(share):
 
 
 def test_bad_settings_raise_clear_errors():
-    with pytest.raises(ValueError, match="needs an 'llm' config"):
+    with pytest.raises(ValueError, match="designer 'gpt-4o' needs an llm config"):
         studies.design_case2("gpt-4o", None, TINY_DQN, {}, [100], 0)
     with pytest.raises(ValueError, match="unknown case 'case9'"):
         studies.make_scenario("case9")

@@ -25,6 +25,7 @@ from ..rl.dqn import DQNConfig, GreedyPolicy
 from . import scenarios
 from .controllers import Feedback, NoHolding
 from .evaluation import MEASURES
+from .reward_design.studies import NEEDS_LLM  # noqa: F401 (the notebooks' text for LLM-only rows)
 from .rewards import REWARDS
 from .scenarios import HOUR_S, Scenario
 from .sim import simulate
@@ -32,10 +33,6 @@ from .training import DQNController, train_holding
 
 TRAIN_HORIZON_S = 2 * HOUR_S
 """Case 2 trains on 2-h episodes and tests on 4-h ones (§5.3.1)."""
-CASE2_HEADWAY_S = 300.0
-"""Scheduled headway of both case-2 lines (the rule-based designer's reference)."""
-NEEDS_LLM = "needs an LLM backend"
-"""What a table shows in the rows of LLM-only methods when no ``llm`` is configured."""
 COLUMNS = {**MEASURES, "incomplete_share": "Incomplete trips (%)"}
 """Table columns: the four §5.1 measures and the share of trips not completed (§5.3.2)."""
 
@@ -118,9 +115,8 @@ def design_case2(designer: str, llm: dict | None, dqn: dict, loop: dict, design_
     (``designer = "rules"``) or an LLM designer (any other name; ``llm`` configures it). Cached."""
     from .reward_design.experiment import DesignSetup, design_reward
     from .reward_design.loop import LoopConfig
+    from .reward_design.studies import make_designer
 
-    if designer != "rules" and llm is None:
-        raise ValueError(f"designer {designer!r} needs an 'llm' config (or use designer 'rules')")
     params = dict(designer=designer, llm=llm if designer != "rules" else None, dqn=dqn, loop=loop,
                   design_seeds=list(design_seeds), agent_seed=agent_seed, train_horizon_s=train_horizon_s,
                   test_horizon_s=test_horizon_s)
@@ -129,16 +125,7 @@ def design_case2(designer: str, llm: dict | None, dqn: dict, loop: dict, design_
         scenario = scenarios.case2()
         setup = DesignSetup(scenario, dqn_config(dqn, agent_seed), test_seeds=list(design_seeds),
                             train_horizon_s=train_horizon_s, test_horizon_s=test_horizon_s)
-        if designer == "rules":
-            from .reward_design.rules import RulesDesigner
-
-            chosen = RulesDesigner(CASE2_HEADWAY_S)
-        else:
-            from ..llm import from_config
-            from .reward_design.designer import LLMDesigner
-            from .reward_design.prompts import Setting
-
-            chosen = LLMDesigner(from_config(llm), Setting.of(scenario))
+        chosen, _ = make_designer(designer, llm if designer != "rules" else None, scenario)
         outcome, best = design_reward(setup, chosen, LoopConfig(**loop), progress=False)
         return DesignedReward(best.code, best.controller.policy, outcome.history(), designer)
 
