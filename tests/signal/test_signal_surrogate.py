@@ -75,6 +75,7 @@ def test_short_supervised_start_learns_the_answer_format_and_round_trips():
     answer = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     assert answer.strip() in {f"<signal>{m}</signal>" for m in ("NUTRLSUTRL", "NULSUL", "EUTRLWUTRL", "EULWUL")}
     assert out[0, -1] == tok.eos_token_id
+    assert tok.convert_ids_to_tokens(out[0, ids.shape[1]].item()) == "<signal>"  # one whole-tag token
 
 
 def test_surrogate_ppo_config_overrides():

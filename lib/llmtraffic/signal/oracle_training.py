@@ -64,9 +64,9 @@ class OracleConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     """Decision reward (eq. 14 and its ablations)."""
     invalid_penalty: float = 5.0
-    """Subtracted from R when the chosen answer names no valid phase, in vehicles of queue
-    (keeps the format: the paper's backbones rarely break it, the surrogate can; with 1.0 the
-    surrogate's invalid answers rose to ~7 % in two episodes, with 5.0 they stayed ~3 %)."""
+    """Subtracted from R when the chosen answer names no valid phase, in vehicles of queue: more
+    than most 10-s queue changes, so a broken answer (which keeps the current phase) never pays.
+    The paper's backbones rarely break the format; the surrogate can."""
     random_reward_std: float | None = None
     """Control run: R_env is replaced by N(0, std) noise (None = the real reward)."""
     seed: int = 0

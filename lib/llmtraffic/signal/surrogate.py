@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..llm.tiny import TinySpec, build_tiny, tiny_model
+from ..llm.tiny import TinySpec, tiny_model, tiny_tokenizer
 from ..rl.llm_ppo import PPOConfig
 from .env import SignalConfig, SignalEnv
 from .prompt import lane_groups
@@ -93,8 +93,14 @@ def compact_prompt(state: IntersectionState) -> str:
     return " ; ".join(parts) + " =>"
 
 
+TAGS = ["<signal>", "</signal>"]
+"""Whole-tag tokens, as instruction-tuned tokenizers have for their tags: the answer is then
+``<signal>``, the mnemonic, ``</signal>``, EOS. Split into bytes-level pieces (``<``, ``signal``,
+``>MNEMONIC``…) the tiny model's PPO drifted into cut-off answers (``<signal>`` + EOS) at 5–10 %."""
+
+
 def answer_text(phase: Phase) -> str:
-    return f" <signal>{phase.mnemonic}</signal>"
+    return f"<signal>{phase.mnemonic}</signal>"
 
 
 def collect_states(cfg: SurrogateConfig) -> list[IntersectionState]:
@@ -137,7 +143,9 @@ def train_surrogate(cfg: SurrogateConfig) -> SurrogateArtifact:
     rng = np.random.default_rng([cfg.seed, 2])
     prompts = [compact_prompt(s) for s in states]
     corpus = prompts + [answer_text(p) for p in phases]
-    model, tok = build_tiny(corpus, cfg.spec)
+    tok = tiny_tokenizer(corpus, cfg.vocab_size)
+    tok.add_tokens(TAGS)  # plain added tokens: decoding keeps them
+    model = tiny_model(tok, cfg.spec)
     prompt_ids = [tok(p, add_special_tokens=False).input_ids for p in prompts]
     answer_ids = {p.index: tok(answer_text(p), add_special_tokens=False).input_ids + [tok.eos_token_id]
                   for p in phases}
@@ -190,7 +198,7 @@ def surrogate_params(cfg: SurrogateConfig) -> dict:
 def surrogate_ppo_config(**overrides) -> PPOConfig:
     """PPO settings that suit the surrogate (measured on Cologne1, see DESIGN.md).
 
-    - ``max_new_tokens=12``: the answer is 7 tokens + EOS.
+    - ``max_new_tokens=12``: the answer is 3–4 tokens + EOS; the margin lets broken answers show.
     - ``top_p=0.95``: a tiny LM keeps a thin tail over its whole vocabulary; nucleus sampling
       drops it, as the paper samples with each model's recommended top-p/top-k (§4.1.4).
     - ``actor_lr=5e-4``, ``critic_lr=1e-3``: Table 8's 2.5e-5 is for 0.6B–8B backbones; the
