@@ -81,7 +81,7 @@ from .. import study
 from ..study.cache import cache_dir
 from ..rl.llm_ppo import LMPolicy, PPOConfig, load_policy_model
 from .evaluation import COLUMNS, evaluate
-from .oracle import RewardConfig, phase_counts
+from .oracle import RewardConfig
 from .oracle_training import LLMController, OracleConfig, Prompter, chat_prompter, select_best, train
 from .prompt import parse_phase
 from .state import IntersectionState
@@ -111,15 +111,16 @@ TABLE8 = {
 """A.2 Table 8: per backbone and intersection, the actor's learning rate and weight decay, the
 clip bounds ε_l, ε_u (eq. 16) and the hurdle H_R (eq. 8) (CityFlow1x1 = ``hangzhou1x1``)."""
 
-METRICS = ("travel_time_s", "queue", "delay", "throughput")
-"""Table 1's metrics (§4.1.2), as keys of an evaluation run."""
+TABLE_COLUMNS = {"travel_time_s": "Travel Time", "queue": "Queue", "delay": "Delay", "throughput": "Throughput"}
+"""Table 1's metrics (§4.1.2): keys of an evaluation run → the seed's column names."""
 
 TRACE_PROBES = 3
 """Probes of the first evaluation seed whose G answers are kept as reasoning traces."""
 
 TORCH_THREADS = 1
 """Torch threads while a job runs: the surrogate's batches are too small to gain from more, and
-on a shared CPU two spinning threads per job made jobs 3–5× slower (measured on 2 cores)."""
+on a shared, loaded 2-core CPU two spinning threads made the surrogate's pre-training 20× and
+a fine-tune job ~10× slower (measured)."""
 
 
 @contextmanager
@@ -345,17 +346,13 @@ def summarize(evaluation: dict) -> dict[str, float]:
     """Means over the evaluation seeds of Table 1's metrics, the invalid-answer share, the mean
     cross-answer agreement and entropy, and the count of deadlocked runs."""
     runs = evaluation["runs"]
-    out = {k: float(np.mean([r[k] for r in runs])) for k in (*METRICS, "travel_time_all_s", "invalid_rate")}
+    out = {k: float(np.mean([r[k] for r in runs])) for k in (*TABLE_COLUMNS, "travel_time_all_s", "invalid_rate")}
     out["deadlocks"] = int(sum(r["deadlock"] for r in runs))
     out["runs"] = len(runs)
     if evaluation.get("agreement"):
         out["modal_share"] = float(np.mean([a["modal_share"] for a in evaluation["agreement"]]))
         out["entropy"] = float(np.mean([a["entropy"] for a in evaluation["agreement"]]))
     return out
-
-
-TABLE_COLUMNS = {"travel_time_s": "Travel Time", "queue": "Queue", "delay": "Delay", "throughput": "Throughput"}
-"""Evaluation keys → the seed's Table 1/2 column names."""
 
 
 def _fmt(key: str, value: float) -> str:
