@@ -15,6 +15,7 @@ from llmtraffic.signal.studies import (
     evaluate_backbone,
     finetune,
     metric_cells,
+    pool,
     ppo_config,
     after_of,
     agreement_table,
@@ -72,6 +73,12 @@ def test_summary_cells_and_share_above():
     assert agree.loc["before"].to_dict() == {"probes": 2, "modal share": 0.75, "distinct phases": 1.5,
                                              "entropy (nats)": round(math.log(2) / 2, 3), "answers without a phase": 0.25}
     assert after_of({"unavailable": NEEDS_GPU}) == {"unavailable": NEEDS_GPU}
+    for ev in (before, after):
+        ev.update(scenario="x", episode_s=10, traces=[])
+    pooled = pool([before, after])
+    assert summarize(pooled)["queue"] == (20 + 30 + 10 + 14) / 4 and summarize(pooled)["runs"] == 4
+    assert len(pooled["agreement"]) == 4
+    assert pool([before, {"unavailable": NEEDS_GPU}]) == {"unavailable": NEEDS_GPU}
     assert share_above(after, 2.5) == 0.5
 
 

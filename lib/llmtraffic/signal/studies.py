@@ -37,6 +37,8 @@ eval_scenarios=None, eval_episode_s=None, probe_every=10) -> dict``
     A fine-tune's evaluation (or its reason), and Table 1/2 rows with changes vs a reference.
 ``agreement_table({name: evaluation})`` / ``traces_table({name: evaluation})``
     Q3's cross-answer agreement and the Listings 1–2 traces.
+``pool([evaluation, ...]) -> dict``
+    Several evaluations (e.g. one per training seed) as one.
 ``share_above(evaluation, hurdle) -> float``
     Share of decisions whose R_env exceeds H_R (Fig. 4).
 ``reward_label(reward) -> str``
@@ -449,3 +451,18 @@ def traces_table(evaluations: dict[str, dict], prompt_chars: int = 400) -> pd.Da
                          "answers": " ‖ ".join(repr(a) for a in trace["answers"]),
                          "phases": ", ".join(p or "—" for p in trace["phases"])})
     return pd.DataFrame(rows).set_index(["policy", "decision"])
+
+
+def pool(evaluations: Sequence[dict]) -> dict:
+    """One evaluation from several (e.g. one per training seed): runs, probes and traces pooled;
+    ``{"unavailable": reason}`` if any of them is."""
+    for evaluation in evaluations:
+        if "unavailable" in evaluation:
+            return {"unavailable": evaluation["unavailable"]}
+    if not evaluations:
+        raise ValueError("pool: no evaluations")
+    first = evaluations[0]
+    return {"scenario": first["scenario"], "episode_s": first["episode_s"],
+            "runs": [r for e in evaluations for r in e["runs"]],
+            "agreement": [a for e in evaluations for a in e["agreement"]],
+            "traces": [t for e in evaluations for t in e["traces"]]}
