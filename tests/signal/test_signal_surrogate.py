@@ -73,7 +73,8 @@ def test_short_supervised_start_learns_the_answer_format_and_round_trips():
         out = model.generate(input_ids=ids, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id,
                              eos_token_id=tok.eos_token_id)
     answer = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
-    assert answer.strip() in {f"<signal>{m}</signal>" for m in ("NUTRLSUTRL", "NULSUL", "EUTRLWUTRL", "EULWUL")}
+    assert answer in {f"<signal> {m}</signal>" for m in ("NUTRLSUTRL", "NULSUL", "EUTRLWUTRL", "EULWUL")}
+    assert len(tok(answer, add_special_tokens=False).input_ids) == 3  # tag, mnemonic, tag: the phase is one token
     assert out[0, -1] == tok.eos_token_id
     assert tok.convert_ids_to_tokens(out[0, ids.shape[1]].item()) == "<signal>"  # one whole-tag token
 

@@ -94,13 +94,15 @@ def compact_prompt(state: IntersectionState) -> str:
 
 
 TAGS = ["<signal>", "</signal>"]
-"""Whole-tag tokens, as instruction-tuned tokenizers have for their tags: the answer is then
-``<signal>``, the mnemonic, ``</signal>``, EOS. Split into bytes-level pieces (``<``, ``signal``,
-``>MNEMONIC``…) the tiny model's PPO drifted into cut-off answers (``<signal>`` + EOS) at 5–10 %."""
+"""Whole-tag tokens, as instruction-tuned tokenizers have for their tags."""
 
 
 def answer_text(phase: Phase) -> str:
-    return f"<signal>{phase.mnemonic}</signal>"
+    """``<signal>``, the mnemonic as the same single token the prompt uses (`` NULSUL``),
+    ``</signal>``; EOS follows. The phase is then one token. Split into pieces (``<``,
+    ``signal``, ``>N``, ``ULSUL``…), PPO pushed down the completion of a disfavoured phase after
+    its shared first piece, and the surrogate drifted into cut-off answers (5–19 % invalid)."""
+    return f"<signal> {phase.mnemonic}</signal>"
 
 
 def collect_states(cfg: SurrogateConfig) -> list[IntersectionState]:
@@ -198,7 +200,7 @@ def surrogate_params(cfg: SurrogateConfig) -> dict:
 def surrogate_ppo_config(**overrides) -> PPOConfig:
     """PPO settings that suit the surrogate (measured on Cologne1, see DESIGN.md).
 
-    - ``max_new_tokens=12``: the answer is 3–4 tokens + EOS; the margin lets broken answers show.
+    - ``max_new_tokens=12``: the answer is 3 tokens + EOS; the margin lets broken answers show.
     - ``top_p=0.95``: a tiny LM keeps a thin tail over its whole vocabulary; nucleus sampling
       drops it, as the paper samples with each model's recommended top-p/top-k (§4.1.4).
     - ``actor_lr=5e-4``, ``critic_lr=1e-3``: Table 8's 2.5e-5 is for 0.6B–8B backbones; the
