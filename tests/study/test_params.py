@@ -95,3 +95,27 @@ def test_list_shows_profiles_and_defaults(capsys):
     out = capsys.readouterr().out
     assert "fx_plot  (profiles: smoke, quick)" in out
     assert "n = 3   [smoke=2 quick=5]" in out
+
+
+def test_parameters_cell_with_tricky_comments_and_bad_cells(tmp_path):
+    import nbformat
+
+    def notebook(source, tags=("parameters",)):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell(source)
+        cell.metadata["tags"] = list(tags)
+        nb.cells = [cell]
+        path = tmp_path / "nb.ipynb"
+        nbformat.write(nb, path)
+        return path
+
+    src = 'variants = ["a", "b"]  # "a" = the full loop\nlr: float = 1e-3  # it\'s = small\nname = "x"'
+    declared = notebook_parameters(notebook(src))
+    assert {k: p.default for k, p in declared.items()} == {"variants": ["a", "b"], "lr": 1e-3, "name": "x"}
+    assert declared["variants"].help == '"a" = the full loop'
+    with pytest.raises(ParamError, match="'f' is not a literal"):
+        notebook_parameters(notebook("f = len([1])"))
+    with pytest.raises(ParamError, match="line 2 is not a plain"):
+        notebook_parameters(notebook("a = 1\nprint(a)"))
+    with pytest.raises(ParamError, match="expected one cell tagged 'parameters', found 0"):
+        notebook_parameters(notebook("a = 1", tags=()))

@@ -35,22 +35,38 @@ class Parameter:
 
 
 def notebook_parameters(notebook: Path) -> dict[str, Parameter]:
-    """Parameters declared in the notebook's cell tagged ``parameters`` (read with papermill).
+    """Parameters declared in the notebook's cell tagged ``parameters`` (the cell papermill
+    injects after), in order, with their literal defaults and trailing comments as help.
 
-    Defaults must be Python literals, so their types can be checked without running code.
+    The cell is parsed with :mod:`ast` rather than papermill's line regex, which drops a
+    parameter whose comment contains ``=`` or quotes. Defaults must be Python literals, so
+    their types can be checked without running code.
     """
-    import papermill
+    import nbformat
 
-    found = papermill.inspect_notebook(str(notebook))
+    cells = [c for c in nbformat.read(str(notebook), as_version=4).cells
+             if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ParamError(f"{notebook.name}: expected one cell tagged 'parameters', found {len(cells)}")
+    source = cells[0].source
+    lines = source.splitlines()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        raise ParamError(f"{notebook.name}: parameters cell does not parse: {err}") from err
     params = {}
-    for name, spec in found.items():
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or not isinstance(target, ast.Name) or node.value is None:
+            raise ParamError(f"{notebook.name}: parameters cell line {node.lineno} is not a plain `name = literal`")
         try:
-            default = ast.literal_eval(spec["default"])
-        except (ValueError, SyntaxError) as err:
+            default = ast.literal_eval(node.value)
+        except ValueError as err:
             raise ParamError(
-                f"{notebook.name}: default of parameter {name!r} is not a literal ({spec['default']!r})"
+                f"{notebook.name}: default of parameter {target.id!r} is not a literal ({ast.unparse(node.value)!r})"
             ) from err
-        params[name] = Parameter(name, default, spec.get("help") or "")
+        rest = lines[node.end_lineno - 1][node.end_col_offset:].strip()
+        params[target.id] = Parameter(target.id, default, rest[1:].strip() if rest.startswith("#") else "")
     return params
 
 
