@@ -19,6 +19,14 @@ def test_notebook_is_committed_clean_with_a_parameters_cell(notebook):
     assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
 
 
+@pytest.mark.parametrize("profile", ["smoke", "quick", "paper"])
+def test_every_profile_file_fits_its_notebook(profile):
+    plans = runner.plan(NOTEBOOKS, profile, ROOT / "params")
+    assert [p.stem for p in plans] == [nb.stem for nb in NOTEBOOKS]
+    for stem in [nb.stem for nb in NOTEBOOKS]:
+        assert (ROOT / "params" / stem / f"{profile}.yaml").exists(), f"params/{stem}/{profile}.yaml missing"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_at_smoke_profile(notebook):
