@@ -11,7 +11,7 @@ Notebooks use::
     study.save_table(df, "table1", paper=paper_values, caption="...")
 """
 
-from .cache import cached
+from .cache import cached, source_digest
 from .context import Context, begin, current
 from .executor import grid, run_grid
 from .outputs import save_figure, save_table
@@ -19,5 +19,5 @@ from .paths import DataMissingError, data_dir, data_path, figures_dir, runs_dir
 
 __all__ = [
     "Context", "DataMissingError", "begin", "cached", "current", "data_dir", "data_path",
-    "figures_dir", "grid", "run_grid", "runs_dir", "save_figure", "save_table",
+    "figures_dir", "grid", "run_grid", "runs_dir", "save_figure", "save_table", "source_digest",
 ]

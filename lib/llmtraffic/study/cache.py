@@ -13,6 +13,7 @@ import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 import llmtraffic
@@ -26,6 +27,21 @@ T = TypeVar("T")
 def cache_key(kind: str, params: dict[str, Any]) -> str:
     blob = json.dumps({"kind": kind, "params": params, "version": llmtraffic.__version__}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def source_digest(*modules: ModuleType) -> str:
+    """Digest of the source of ``modules`` (a package counts with every ``.py`` file under it).
+
+    Put it into an artifact's params when the artifact depends on code that may change while
+    its parameters do not (a tokenizer, a training loop): editing that code then rebuilds it.
+    """
+    digest = hashlib.sha256()
+    for module in modules:
+        path = Path(module.__file__)
+        files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+        for f in files:
+            digest.update(f.relative_to(path.parent).as_posix().encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def cache_dir(kind: str, params: dict[str, Any]) -> Path:
