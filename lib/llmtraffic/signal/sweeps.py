@@ -75,12 +75,12 @@ def summary_frame(results: Sequence[dict], levels: Sequence[Any], scenario: str 
     rows = []
     for level, result in zip(levels, results):
         after = studies.after_of(result, scenario)
-        missing = {key: float("nan") for key in studies.METRICS}
+        missing = {key: float("nan") for key in studies.TABLE_COLUMNS}
         rows.append({name: level, **(missing if "unavailable" in after else studies.summarize(after))})
     return pd.DataFrame(rows).set_index(name)
 
 
-def spread_row(frame: pd.DataFrame, columns: Sequence[str] = tuple(studies.METRICS)) -> dict[str, str]:
+def spread_row(frame: pd.DataFrame, columns: Sequence[str] = tuple(studies.TABLE_COLUMNS)) -> dict[str, str]:
     """``"mean ± std"`` (population std) over the rows of ``frame`` for each metric (Table 11's spread)."""
     out = {}
     for key in columns:
@@ -110,9 +110,9 @@ def plot_sweep(frame: pd.DataFrame, xlabel: str, before: dict | None = None, tit
     ``frame`` is :func:`summary_frame`'s (index = level). ``before``: the backbone before
     fine-tuning, drawn as a dashed line.
     """
-    fig, axes = plt.subplots(1, len(studies.METRICS), figsize=(3.4 * len(studies.METRICS), 3.2))
+    fig, axes = plt.subplots(1, len(studies.TABLE_COLUMNS), figsize=(3.4 * len(studies.TABLE_COLUMNS), 3.2))
     ref = studies.summarize(before) if before is not None and "unavailable" not in before else None
-    for ax, key in zip(axes, studies.METRICS):
+    for ax, key in zip(axes, studies.TABLE_COLUMNS):
         if key in frame:
             ax.plot(frame.index, frame[key], marker="o", label="after fine-tuning")
         if ref is not None and math.isfinite(ref[key]):
