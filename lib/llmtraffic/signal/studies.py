@@ -172,6 +172,22 @@ def ppo_config(backbone: str, scenario: str, **overrides: Any) -> PPOConfig:
     return PPOConfig(**{"load_in_4bit": True, **table8, **overrides})
 
 
+PAPER_ABLATION_SCENARIO = "hangzhou1x1"
+"""The seed runs its ablations (Tables 2, 4–7, 11–12, Figs. 8–9) on CityFlow 1x1: hangzhou1x1 here."""
+
+
+def paper_if_same(paper: dict, scenario: str, paper_scenario: str = PAPER_ABLATION_SCENARIO) -> dict | None:
+    """The seed's cells to set beside ours, or None when ours ran on another intersection: levels
+    of two intersections are not comparable, so the notebook then shows the seed's values on
+    their own (:func:`paper_reference`)."""
+    return paper if scenario == paper_scenario else None
+
+
+def paper_reference(paper: dict) -> pd.DataFrame:
+    """The seed's cells ``{column: {row: value}}`` as a table of their own."""
+    return pd.DataFrame(paper)
+
+
 def code_digest() -> str:
     """Digest of the code the cached OracleTSC artifacts depend on (environment, prompts, rewards,
     surrogate, training loop, PPO, tiny LM): part of their cache keys, so a change there retrains
