@@ -69,8 +69,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -81,7 +80,7 @@ import torch
 
 from .. import study
 from ..study.cache import cache_dir
-from ..rl.llm_ppo import LMPolicy, PPOConfig, load_policy_model
+from ..rl.llm_ppo import LMPolicy, PPOConfig, load_policy_model, torch_threads
 from .evaluation import COLUMNS, evaluate
 from .oracle import RewardConfig
 from .oracle_training import LLMController, OracleConfig, Prompter, chat_prompter, select_best, train
@@ -123,16 +122,6 @@ TORCH_THREADS = 1
 """Torch threads while a job runs: the surrogate's batches are too small to gain from more, and
 on a shared, loaded 2-core CPU two spinning threads made the surrogate's pre-training 20× and
 a fine-tune job ~10× slower (measured)."""
-
-
-@contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ----------------------------------------------------------------------------- backbones
@@ -205,7 +194,7 @@ def surrogate_artifact(scenario: str = "cologne1", **overrides: Any):
     cfg = SurrogateConfig(**{"scenario": scenario, **overrides})
 
     def build():
-        with _torch_threads(TORCH_THREADS):
+        with torch_threads(TORCH_THREADS):
             return train_surrogate(cfg)
 
     return study.cached("tsc_surrogate", {**surrogate_params(cfg), "code": code_digest()}, build)
@@ -319,7 +308,7 @@ def evaluate_backbone(backbone: str, scenario: str, eval_seeds: Sequence[int], e
               "eval_seeds": list(eval_seeds), "episode_s": episode_s, "probe_every": probe_every}
 
     def build() -> dict:
-        with _torch_threads(TORCH_THREADS):
+        with torch_threads(TORCH_THREADS):
             policy, prompter = load_backbone(backbone, scenario, ppo, surrogate)
             return evaluate_run(policy, prompter, scenario, eval_seeds, episode_s, probe_every, backbone)
 
@@ -352,7 +341,7 @@ def finetune(backbone: str, scenario: str, oracle: dict, eval_seeds: Sequence[in
         return {"params": params, "unavailable": reason}
 
     def build() -> dict:
-        with _torch_threads(TORCH_THREADS):
+        with torch_threads(TORCH_THREADS):
             policy, prompter = load_backbone(backbone, scenario, ppo, surrogate)
             out = cache_dir("tsc_finetune_ckpt", params)
             trained = train(policy, prompter, cfg, out)
