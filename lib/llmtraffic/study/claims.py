@@ -1,0 +1,209 @@
+"""Comparative claims of the papers, checked against our runs, and the scorecard that lists them.
+
+A claim is one comparative statement of a paper ("the LLM-enhanced reward lowers travel time
+against the best expert reward by 3.73 %"), our estimate of the same comparison (a paired
+difference with its 95 % CI, see :mod:`llmtraffic.study.stats`) and a verdict:
+
+- **reproduced**: the CI excludes no difference and points the paper's way;
+- **opposite**: the CI excludes no difference and points the other way;
+- **inconclusive**: the CI includes no difference;
+- **not run**: we could not compute it here; ``needs`` says what (an LLM backend, a GPU, …).
+
+Notebooks call :func:`claim`; the claims of one notebook go to ``figures/<stem>/claims.json``
+(with provenance) and every claim of the study to ``figures/SCORECARD.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import provenance
+from .context import current
+from .paths import figures_dir
+from .stats import Estimate
+
+REPRODUCED, OPPOSITE, INCONCLUSIVE, NOT_RUN = "reproduced", "opposite", "inconclusive", "not run"
+VERDICTS = (REPRODUCED, OPPOSITE, INCONCLUSIVE, NOT_RUN)
+
+PAPERS = {
+    "bus": "Yu, Wang, Ma — Large Language Model-Enhanced Reinforcement Learning for Generic Bus Holding Control Strategies",
+    "tsc": "OracleTSC — Oracle-Informed Reward Hurdle and Uncertainty Regularization for Traffic Signal Control",
+}
+
+
+@dataclass
+class Claim:
+    id: str
+    paper: str  # a key of PAPERS
+    where: str  # section / table / figure of the paper, e.g. "§5.2.2, Table 1"
+    statement: str  # the paper's statement, in words
+    paper_value: float | None  # the paper's number for the comparison (None: stated without one)
+    direction: int  # +1: the paper says ours-minus-reference is positive, −1: negative
+    ours: dict | None  # Estimate.as_dict() of our comparison, or None when not run
+    quantity: str  # what ``ours`` measures, e.g. "travel time, LLM − RL-global (%)"
+    link: str  # the table or figure (relative to figures/) it comes from
+    verdict: str
+    needs: str = ""  # for "not run": what it needs
+    note: str = ""  # the measured reason where ours differs, or a caveat
+    notebook: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def judge(ours: Estimate | None, direction: int) -> str:
+    """The verdict of an estimate against the paper's direction (see the module docstring)."""
+    if ours is None:
+        return NOT_RUN
+    if not ours.excludes_zero():
+        return INCONCLUSIVE
+    return REPRODUCED if math.copysign(1, ours.mean) == direction else OPPOSITE
+
+
+def _direction(paper_value: float | None, direction: int | None) -> int:
+    if direction is not None:
+        if direction not in (-1, 1):
+            raise ValueError(f"direction must be -1 or +1, got {direction!r}")
+        return direction
+    if paper_value is None or paper_value == 0:
+        raise ValueError("a claim without a signed paper value needs direction=-1 or +1")
+    return 1 if paper_value > 0 else -1
+
+
+_recorded: dict[str, dict[str, Claim]] = {}  # notebook stem -> claim id -> claim (this process)
+
+
+def claim(
+    id: str,
+    paper: str,
+    where: str,
+    statement: str,
+    quantity: str,
+    link: str,
+    ours: Estimate | None = None,
+    paper_value: float | None = None,
+    direction: int | None = None,
+    needs: str = "",
+    note: str = "",
+    **extra,
+) -> Claim:
+    """Record one claim of the running notebook and rewrite its ``claims.json``.
+
+    ``ours`` is our estimate of the same comparison (a paired difference, same sign convention as
+    ``paper_value``); without it the claim is "not run" and ``needs`` must say why. ``link`` names
+    the saved table or figure (``<notebook>/<name>``) the estimate comes from.
+    """
+    if paper not in PAPERS:
+        raise ValueError(f"unknown paper {paper!r}; one of {sorted(PAPERS)}")
+    if ours is None and not needs:
+        raise ValueError(f"claim {id!r} has no estimate: say what it needs (needs='an LLM backend', …)")
+    ctx = current()
+    record = Claim(
+        id=id, paper=paper, where=where, statement=statement, paper_value=paper_value,
+        direction=_direction(paper_value, direction), ours=None if ours is None else ours.as_dict(),
+        quantity=quantity, link=link if "/" in link else f"{ctx.stem}/{link}",
+        verdict="", needs=needs if ours is None else "", note=note, notebook=ctx.stem, extra=extra,
+    )
+    record.verdict = judge(ours, record.direction)
+    _recorded.setdefault(ctx.stem, {})[id] = record
+    _write(ctx.stem)
+    return record
+
+
+def _write(stem: str) -> Path:
+    from .outputs import atomic_write_text  # outputs imports gallery, which imports us
+
+    ctx = current()
+    payload = {
+        "kind": "claims",
+        "notebook": stem,
+        "profile": ctx.profile,
+        "label": ctx.label,
+        "params": ctx.params,
+        "created": time.time(),
+        **provenance.record(),
+        "claims": [asdict(c) for c in _recorded[stem].values()],
+    }
+    path = atomic_write_text(figures_dir() / stem / "claims.json", json.dumps(payload, indent=1, default=str) + "\n")
+    write_scorecard()
+    return path
+
+
+def load(root: Path | None = None) -> list[dict]:
+    """Every recorded claim under ``root`` (default: the figures directory), with its run's label and commit."""
+    root = Path(root or figures_dir())
+    found = []
+    for path in sorted(root.glob("*/claims.json")):
+        try:
+            payload = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        for c in payload.get("claims", []):
+            c["_label"] = payload.get("label", "")
+            c["_commit"] = (payload.get("git") or {}).get("commit") or "unknown"
+            found.append(c)
+    return found
+
+
+def _fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return f"{value:.4g}"
+
+
+def _ours(c: dict) -> str:
+    if not c.get("ours"):
+        return f"not run: needs {c.get('needs')}"
+    o = c["ours"]
+    unit = f" {o['unit']}" if o.get("unit") else ""
+    if o["low"] is None or (isinstance(o["low"], float) and math.isnan(o["low"])):
+        return f"{o['mean']:.3g}{unit} (n = {o['n']}, no CI)"
+    return f"{o['mean']:.3g}{unit} [{o['low']:.3g}, {o['high']:.3g}] (n = {o['n']})"
+
+
+def render(root: Path | None = None) -> str:
+    """The scorecard: counts per paper and verdict, then every claim grouped by paper and section."""
+    claims = load(root)
+    lines = [
+        "# Scorecard",
+        "",
+        "Every comparative claim of the two papers that the study checks: the paper's statement and",
+        "value, ours (a paired difference with its 95 % t-interval over n independent units) and the",
+        "verdict — **reproduced** (CI excludes 0, the paper's direction), **opposite** (CI excludes 0,",
+        "the other direction), **inconclusive** (CI includes 0), **not run** (needs what it says).",
+        "Regenerated from `figures/*/claims.json` after every run.",
+        "",
+        "| paper | claims | " + " | ".join(VERDICTS) + " |",
+        "|---|---|" + "---|" * len(VERDICTS),
+    ]
+    for key in PAPERS:
+        mine = [c for c in claims if c["paper"] == key]
+        counts = [sum(c["verdict"] == v for c in mine) for v in VERDICTS]
+        lines.append(f"| {key} | {len(mine)} | " + " | ".join(map(str, counts)) + " |")
+    lines.append("")
+    for key, title in PAPERS.items():
+        mine = [c for c in claims if c["paper"] == key]
+        if not mine:
+            continue
+        lines += [f"## {title}", ""]
+        lines += ["| where | claim | paper | ours | verdict | quantity | source |", "|---|---|---|---|---|---|---|"]
+        for c in sorted(mine, key=lambda c: (c["where"], c["id"])):
+            link = c["link"]
+            target = f"{link}.md" if (Path(root or figures_dir()) / f"{link}.md").exists() else f"{link}.png"
+            note = f" — {c['note']}" if c.get("note") else ""
+            cells = [
+                c["where"], f"`{c['id']}`: {c['statement']}{note}", _fmt(c.get("paper_value")), _ours(c),
+                f"**{c['verdict']}**", c["quantity"], f"[{link}]({target}) · {c['_label']} · `{c['_commit'][:10]}`",
+            ]
+            lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_scorecard(root: Path | None = None) -> Path:
+    from .outputs import atomic_write_text
+
+    root = Path(root or figures_dir())
+    return atomic_write_text(root / "SCORECARD.md", render(root))
