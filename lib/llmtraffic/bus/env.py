@@ -13,17 +13,20 @@ release the bus has moved on and its holding time is back to 0). Each completed 
 learners (the DQN of §3.4); in the AEC view its reward accumulates to the agent, which sees it
 through ``last()`` at its next turn. Decisions still open at the horizon complete there with
 ``done = True``.
+
+Every reward value must be finite in float32 and within ±``rl.checks.REWARD_BOUND``; a reward
+that raises or breaks that bound raises `RewardFunctionError` naming the agent and the state.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Callable, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
 
+from ..rl.checks import RewardFunctionError, check_reward  # noqa: F401  (raised here; importable from here)
 from .scenarios import Scenario
 from .sim import Decision, EpisodeResult, Episode
 
@@ -39,10 +42,6 @@ class Transition(NamedTuple):
     reward: float
     next_state: np.ndarray
     done: bool
-
-
-class RewardFunctionError(RuntimeError):
-    """The reward function raised or returned a non-finite value (message names agent and state)."""
 
 
 def agent_name(node: int) -> str:
@@ -164,9 +163,7 @@ class HoldingEnv(AECEnv):
     def _reward(self, agent: str, state: np.ndarray, action: int, next_state: np.ndarray) -> float:
         where = f"agent {agent!r}, current_state={state.tolist()}, action={action}, next_state={next_state.tolist()}"
         try:
-            value = float(self.reward_fn(state.copy(), action, next_state.copy()))
+            value = self.reward_fn(state.copy(), action, next_state.copy())
         except Exception as err:
             raise RewardFunctionError(f"reward function failed for {where}: {type(err).__name__}: {err}") from err
-        if not math.isfinite(value):
-            raise RewardFunctionError(f"reward function returned {value} for {where}")
-        return value
+        return check_reward(value, where)
