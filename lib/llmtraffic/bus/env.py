@@ -14,12 +14,18 @@ learners (the DQN of §3.4); in the AEC view its reward accumulates to the agent
 through ``last()`` at its next turn. Decisions still open at the horizon complete there with
 ``done = True``.
 
+``info`` is the simulator's decision context (``Episode.info``), except that a headway that does
+not exist (no bus ahead or behind) is `MISSING`: a NaN, so controllers test it with
+``math.isnan`` as everywhere else, that compares equal to itself, so that two runs with the same
+seed give equal infos (PettingZoo's ``seed_test``; a plain NaN is never equal to anything).
+
 Every reward value must be finite in float32 and within ±``rl.checks.REWARD_BOUND``; a reward
 that raises or breaks that bound raises `RewardFunctionError` naming the agent and the state.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -31,6 +37,27 @@ from .scenarios import Scenario
 from .sim import Decision, EpisodeResult, Episode
 
 RewardFn = Callable[[np.ndarray, int, np.ndarray], float]
+
+
+class Missing(float):
+    """NaN standing for a quantity that does not exist; equal to any NaN (see the module docstring)."""
+
+    def __new__(cls, *_):
+        return super().__new__(cls, math.nan)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, float) and math.isnan(other)
+
+    def __ne__(self, other) -> bool:
+        return not self == other
+
+    __hash__ = float.__hash__
+
+    def __reduce__(self):
+        return Missing, ()
+
+
+MISSING = Missing()
 
 
 class Transition(NamedTuple):
@@ -142,7 +169,8 @@ class HoldingEnv(AECEnv):
         self._decision = decision
         self.agent_selection = agent
         self._obs[agent] = self.episode.state(decision.bus, decision.node)
-        self.infos[agent] = self.episode.info(decision)
+        self.infos[agent] = {k: MISSING if isinstance(v, float) and math.isnan(v) else v
+                             for k, v in self.episode.info(decision).items()}
 
     def _finish(self) -> None:
         for key in list(self._open):
