@@ -292,11 +292,11 @@ class SandboxedReward:
         except RewardTimeout:
             self._worker = None  # killed by Worker; the next call starts afresh
             raise
-        for i, value in enumerate(values):
-            reason = bound_reason(value, f"current_state {states[i].tolist()}, action {int(actions[i])}, "
-                                         f"next_state {next_states[i].tolist()}")
-            if reason:
-                raise RewardFunctionError(reason)
+        bad = np.flatnonzero(~(np.abs(values) <= BOUND))  # NaN fails the comparison too
+        if bad.size:
+            i = bad[0]
+            raise RewardFunctionError(bound_reason(values[i], f"current_state {states[i].tolist()}, action "
+                                                              f"{int(actions[i])}, next_state {next_states[i].tolist()}"))
         return values
 
     def close(self) -> None:
