@@ -9,7 +9,7 @@ from llmtraffic.bus import HoldingEnv, scenarios
 from llmtraffic.bus.reward_design.experiment import EXPERT_CODE, DesignSetup, design_reward
 from llmtraffic.bus.reward_design.loop import LoopConfig, Reply
 from llmtraffic.bus.reward_design.sandbox import SandboxedReward, example_transitions, validate_reward_code
-from llmtraffic.rl.checks import RewardFunctionError
+from llmtraffic.bus.env import RewardFunctionError
 from llmtraffic.rl.dqn import DQNConfig
 
 # No example transition has a forward headway in (500, 1400) m; training on case 1 meets many.
