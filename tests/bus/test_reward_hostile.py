@@ -65,7 +65,7 @@ STATIC = {  # name: (code, regex of the reason)
     "getattr with a built name": (HEAD + "    getattr(np, ''.join(['lo', 'ad']))\n    return 0.0\n",
                                   r"use of 'getattr' is not allowed"),
     "operator.attrgetter": ("from operator import attrgetter\n" + HEAD + "    return attrgetter('ma')(np)\n",
-                            r"import of 'operator' is not allowed \(only math, numpy and numpy.linalg\) \(line 1\)"),
+                            r"import of 'operator' is not allowed \(only math, numpy, numpy.linalg and typing\) \(line 1\)"),
     "str.format field access": (HEAD + "    return '{0.__class__.__base__}'.format(current_state)\n",
                                 r"attribute 'format' is not allowed \(string formatting can read attributes\)"),
     "f-string": (HEAD + "    return f'{current_state!r}'\n", r"f-strings are not allowed"),
@@ -256,6 +256,10 @@ def test_hostile_programs_as_an_unprivileged_user(outside):
 def test_the_allowed_surface_works_in_the_worker():
     """Everything a reward may use loads in the worker (nothing is imported lazily after the
     limits, which once made np.random fail with 'Too many open files')."""
+    typed = ("from typing import List, Optional\nimport numpy.linalg as la\nfrom math import sqrt\n\n"
+             "def reward(current_state: List[float], action: int, next_state: Optional[np.ndarray] = None) -> float:\n"
+             "    return float(la.norm(next_state[:2]) / 1e4 + sqrt(4.0))\n")
+    assert validate_reward_code("import numpy as np\n" + typed).ok
     code = HEAD + (
         "    s = np.asarray(next_state)\n"
         "    v = np.linalg.norm(s[:2]) + np.polyval([1.0, 0.0], 2.0) + np.median(s) + np.percentile(s, 50)\n"
@@ -272,12 +276,12 @@ def test_the_allowed_surface_works_in_the_worker():
 
 def test_no_allowed_attribute_chain_reaches_a_module_frame_or_file_function():
     """Walk the attribute graph from everything a reward starts with, following only allowed
-    names, three steps deep: no module but math, numpy and numpy.linalg, no frame, code object,
+    names, three steps deep: no module but math, numpy, numpy.linalg and typing, no frame, code object,
     generator or function of the os, io, builtins or pickle machinery is reachable."""
-    roots = [np, np.linalg, __import__("math"), np.zeros(3), np.float64(1.0), np.int64(1), [1.0], {"a": 1}, 1.0, 1, "x",
+    roots = [np, np.linalg, __import__("math"), __import__("typing"), np.zeros(3), np.float64(1.0), np.int64(1), [1.0], {"a": 1}, 1.0, 1, "x",
              *(__builtins__[n] if isinstance(__builtins__, dict) else getattr(__builtins__, n)
                for n in allowlist.BUILTINS if n not in ("True", "False", "None"))]
-    allowed_modules = {"math", "numpy", "numpy.linalg"}
+    allowed_modules = {"math", "numpy", "numpy.linalg", "typing"}
     seen, frontier = set(), [(r, "root") for r in roots]
     for _ in range(3):
         nxt = []

@@ -14,8 +14,8 @@ of names always misses one (``gi_frame.f_back.f_globals``, ``np.ma.core.builtins
   `LINALG`, the `ARRAY` methods of ``numpy.ndarray`` and the methods of lists and dicts. No
   attribute is reachable whose value is a frame, code object, module other than ``numpy.linalg``,
   or a function that reads a file (a test walks the graph).
-- **Modules** (`MODULES`): ``math``, ``numpy`` and ``numpy.linalg``; other numpy submodules are
-  refused with what to use instead (`NUMPY_HINTS`).
+- **Modules** (`MODULES`): ``math``, ``numpy``, ``numpy.linalg`` and, for annotations, a few
+  names of ``typing``; other numpy submodules are refused with what to use instead (`NUMPY_HINTS`).
 - **Purity**: default arguments must be constants; module-level values are rebuilt for every call
   by the worker (a fresh namespace), so no state survives between calls.
 """
@@ -108,10 +108,13 @@ CONTAINERS = frozenset(
 MATH = frozenset(n for n in dir(math) if not n.startswith("_"))
 """All of ``math``: pure functions and constants only."""
 
-ATTRIBUTES = NUMPY | LINALG | ARRAY | CONTAINERS | MATH
+TYPING = frozenset("Any Dict List Optional Sequence Tuple Union".split())
+"""``typing`` names, for the annotations models like to write."""
+
+ATTRIBUTES = NUMPY | LINALG | ARRAY | CONTAINERS | MATH | TYPING
 """Every attribute name a reward may read."""
 
-MODULES = {"math": MATH, "numpy": NUMPY, "numpy.linalg": LINALG}
+MODULES = {"math": MATH, "numpy": NUMPY, "numpy.linalg": LINALG, "typing": TYPING}
 """Importable modules and the names that may be imported from each."""
 
 NUMPY_HINTS = {
@@ -243,7 +246,7 @@ def _module_reason(name: str) -> str | None:
     parts = name.split(".")
     if parts[0] == "numpy" and len(parts) > 1 and parts[1] in NUMPY_HINTS:
         return f"import of {name!r} is not allowed: {NUMPY_HINTS[parts[1]]}"
-    return f"import of {name!r} is not allowed (only math, numpy and numpy.linalg)"
+    return f"import of {name!r} is not allowed (only math, numpy, numpy.linalg and typing)"
 
 
 def _function_reason(node: ast.FunctionDef) -> str | None:

@@ -41,6 +41,9 @@ from .allowlist import check_tree
 REWARD_ARGS = ("current_state", "action", "next_state")
 TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign, ast.AnnAssign)
 """Statements allowed outside functions (plus a docstring)."""
+STARTUP_S = 60.0
+"""Time a worker may take to start (Python, numpy, limits) before the code's own limit applies;
+generous because a loaded machine can take seconds."""
 REPLY_LIMIT = 1 << 20
 """Largest reply accepted from a worker that is not a batch of rewards (an error message)."""
 BOUND = 1e3
@@ -154,8 +157,9 @@ class Worker:
             cwd=run_dir, env=env, start_new_session=True,
         )
         try:
+            self.confined = self._reply(STARTUP_S, "starting the worker", 1) == b"S"
             self._send(code.encode())
-            self.confined = self._reply(timeout_s, "loading the code", 1) == b"S"
+            self._reply(timeout_s, "loading the code", 0)
         except (RewardError, RewardTimeout):  # the code failed to load: reap the child before reporting
             self.close()
             raise

@@ -2,8 +2,8 @@
 
 The second wall behind the static allowlist of ``allowlist.py``: it must hold even for code
 that skipped those checks. Run as a script (``python -I``) so that it imports nothing but the
-standard library and numpy; everything the code may use (``math``, ``numpy``, ``numpy.linalg``)
-is loaded before the code arrives. Then, before the code is compiled, the process limits itself:
+standard library and numpy; everything the code may use (``math``, ``numpy``, ``numpy.linalg``,
+``typing``) is loaded before the code arrives. Then, before the code is compiled, the process limits itself:
 
 - address space (`memory_mb` above what numpy needs), CPU seconds (when given), no core files,
   no file writes, no new file descriptors (no files, sockets or pipes) and no new processes;
@@ -19,8 +19,9 @@ modules, and in a fresh namespace for every call, so a reward keeps no state bet
 
 Protocol on stdin/stdout, every frame a 4-byte little-endian length then the payload:
 
-- parent → child, once: the code (UTF-8). Child → parent: status byte 0 and ``S`` (seccomp in
-  force) or ``-`` (not available here), or 1 + message.
+- child → parent, once it is limited and ready: status byte 0 and ``S`` (seccomp in force) or
+  ``-`` (not available here).
+- parent → child, once: the code (UTF-8). Child → parent: status byte 0, or 1 + message.
 - parent → child, per batch: ``<ii`` (n, dim), then n·dim float64 states, n int64 actions,
   n·dim float64 next states. Child → parent: 0 + n float64 rewards, or 1 + message.
 
@@ -34,6 +35,7 @@ import os
 import resource
 import struct
 import sys
+import typing
 
 import numpy as np
 import numpy.linalg  # noqa: F401  (loaded now: nothing can be opened once the limits are set)
@@ -45,7 +47,7 @@ SAFE_BUILTINS = (
     "ArithmeticError Exception IndexError KeyError OverflowError TypeError ValueError "
     "ZeroDivisionError"
 ).split()
-ALLOWED_MODULES = {"math": math, "numpy": np, "numpy.linalg": np.linalg}
+ALLOWED_MODULES = {"math": math, "numpy": np, "numpy.linalg": np.linalg, "typing": typing}
 NOBODY = 65534
 
 # seccomp: every system call not listed fails with EPERM (x86-64 numbers, <asm/unistd_64.h>).
@@ -68,7 +70,7 @@ PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 def restricted_import(name, globals=None, locals=None, fromlist=(), level=0):
     """Hand out the preloaded allowed modules; never runs the real import machinery."""
     if level != 0 or name not in ALLOWED_MODULES:
-        raise ImportError(f"import of {name!r} is not allowed (only math, numpy and numpy.linalg)")
+        raise ImportError(f"import of {name!r} is not allowed (only math, numpy, numpy.linalg and typing)")
     return ALLOWED_MODULES[name if fromlist else name.split(".")[0]]
 
 
@@ -203,14 +205,14 @@ def main() -> None:
     memory_mb, cpu_s = int(sys.argv[1]), int(sys.argv[2])
     requests, replies = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints must not corrupt the protocol
-    code = read_frame(requests)
     confined = limit(memory_mb, cpu_s)
     safe = {n: getattr(builtins, n) for n in SAFE_BUILTINS} | {"__import__": restricted_import}
     for name in HIDDEN:
         globals().pop(name)
+    write_frame(replies, b"\0" + (b"S" if confined else b"-"))  # ready: the code's time starts now
     try:
-        program = Program(code.decode(), safe)
-        write_frame(replies, b"\0" + (b"S" if confined else b"-"))
+        program = Program(read_frame(requests).decode(), safe)
+        write_frame(replies, b"\0")
     except BaseException as error:  # anything the code does when loaded is reported, not raised
         write_frame(replies, b"\1" + f"loading the code failed: {describe(error, memory_mb)}".encode())
         return
