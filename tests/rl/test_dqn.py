@@ -161,3 +161,5 @@ def test_resuming_with_another_seed_or_config_is_refused(tmp_path):
     with pytest.raises(CheckpointMismatch, match=r"lr: checkpoint 0.005, this run 0.01"):
         train(DQNAgent(2, 2, wider), play_toy, wider, checkpoint_dir=tmp_path)
     assert len(train(DQNAgent(2, 2, cfg), play_toy, cfg, checkpoint_dir=tmp_path)) == 2  # same config resumes
+    longer = toy_config(episodes=3, seed=0)  # only the number of episodes may grow
+    assert [h["episode"] for h in train(DQNAgent(2, 2, longer), play_toy, longer, checkpoint_dir=tmp_path)] == [0, 1, 2]

@@ -14,8 +14,8 @@ checkpointed training loop.
 Guards: every reward entering the replay must be finite in float32 and within
 ±``checks.REWARD_BOUND`` (`RewardFunctionError` otherwise); weights that turn non-finite in an
 update raise `NonFiniteWeightsError` at once, and a greedy policy (what is tested, selected and
-cached) can only be made from finite weights; a checkpoint resumes only the configuration that
-wrote it (`CheckpointMismatch`).
+cached) can only be made from finite weights; a checkpoint resumes only the configuration and
+seed that wrote it (`CheckpointMismatch`; only ``episodes`` may grow, to extend a run).
 """
 
 from __future__ import annotations
@@ -259,7 +259,9 @@ class DQNAgent:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state`; `CheckpointMismatch` when it comes from another configuration."""
+        # `episodes` may differ: training extended to more episodes continues as if uninterrupted
         mine = {**asdict(self.cfg), "obs_dim": self.obs_dim, "n_actions": self.n_actions}
+        mine.pop("episodes")
         theirs = {**state["config"], "obs_dim": state.get("obs_dim", self.obs_dim),
                   "n_actions": state.get("n_actions", self.n_actions)}
         differ = [f"{k}: checkpoint {theirs.get(k)!r}, this run {v!r}" for k, v in mine.items()
