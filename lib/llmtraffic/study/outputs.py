@@ -122,7 +122,7 @@ def plot_series(ax, x: Sequence[float], series: Mapping[str, Any], markers: int 
     """
     x = np.asarray(x)
     count = len(series)
-    step = max(1, len(x) // markers)
+    step = max(count, len(x) // markers, 1)  # at least one slot per series, so offsets differ
     lines = []
     for i, (label, values) in enumerate(series.items()):
         values = np.asarray(values, dtype=float)
@@ -134,7 +134,7 @@ def plot_series(ax, x: Sequence[float], series: Mapping[str, Any], markers: int 
             raise ValueError(f"series {label!r} has {mean.shape[0]} points, x has {x.shape[0]}")
         dash, marker = STYLES[i % len(STYLES)]
         (line,) = ax.plot(
-            x, mean, label=label, linestyle=dash, marker=marker, markevery=(i * step // max(count, 1), step),
+            x, mean, label=label, linestyle=dash, marker=marker, markevery=((i * step // count) % max(len(x), 1), step),
             linewidth=max(1.0, 2.6 - 0.4 * i), markersize=max(4.0, 7.0 - 0.6 * i), zorder=2 + i,
             markerfacecolor="none" if i % 2 else None, **kw,
         )

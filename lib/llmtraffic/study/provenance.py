@@ -40,7 +40,7 @@ class DirtyTreeError(RuntimeError):
 def _git(root: Path, *args: str) -> str:
     return subprocess.run(
         ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=20
-    ).stdout.strip()
+    ).stdout
 
 
 def changed_files(root: Path | None = None) -> list[str] | None:
@@ -61,7 +61,7 @@ def git_state(root: Path | None = None) -> dict:
     """
     root = Path(root or paths.ROOT)
     try:
-        commit = _git(root, "rev-parse", "HEAD")
+        commit = _git(root, "rev-parse", "HEAD").strip()
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None, "changed": []}
     changed = changed_files(root)
