@@ -143,3 +143,16 @@ def test_artifacts_used_by_worker_processes_reach_the_provenance(outdirs):
     assert study.run_grid(used_artifact, study.grid(n=[2, 3]), executor="processes", jobs=2) == [4, 9]
     kinds = [a for a in provenance.artifacts() if a["kind"] == "grid_job"]
     assert len(kinds) == 2 and all(a["path"].startswith(str(outdirs)) for a in kinds)
+
+
+def test_work_dir_is_the_folder_of_the_artifact_being_built(outdirs):
+    from llmtraffic.study.cache import work_dir
+
+    def build():
+        (work_dir() / "checkpoints").mkdir(parents=True)
+        return str(work_dir())
+
+    folder = cached("ckpt", {"k": 1}, build)
+    assert folder == str(cache_dir("ckpt", {"k": 1}, build)) and (cache_dir("ckpt", {"k": 1}, build) / "checkpoints").is_dir()
+    with pytest.raises(RuntimeError, match="only available inside a build"):
+        work_dir()

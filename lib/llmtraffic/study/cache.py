@@ -203,9 +203,22 @@ def cache_key(kind: str, params: dict[str, Any], sources: str = "") -> str:
 
 
 def cache_dir(kind: str, params: dict[str, Any], build: Callable[..., Any] | None = None) -> Path:
-    """The folder of the artifact ``cached(kind, params, build)`` would serve."""
+    """The folder of the artifact ``cached(kind, params, build)`` would serve (without ``build``:
+    a folder keyed by the parameters alone). Inside a build, use :func:`work_dir` instead."""
     sources = dependency_digest(build)[0] if build is not None else ""
     return runs_dir() / "cache" / kind / cache_key(kind, params, sources)
+
+
+_building: list[Path] = []  # cache folders of the builds running in this process, innermost last
+
+
+def work_dir() -> Path:
+    """The cache folder of the artifact being built right now, for a build's own files
+    (checkpoints a killed build resumes from). Keyed like the artifact, so a change of parameters
+    or of the source starts afresh instead of resuming from what older code wrote."""
+    if not _building:
+        raise RuntimeError("study.cache.work_dir() is only available inside a build run by study.cached(...)")
+    return _building[-1]
 
 
 def fresh() -> bool:
@@ -231,7 +244,11 @@ def cached(kind: str, params: dict[str, Any], build: Callable[[], T]) -> T:
                 return pickle.load(fh)
         except (pickle.UnpicklingError, EOFError, AttributeError, ImportError):
             pass
-    value = build()
+    _building.append(folder)
+    try:
+        value = build()
+    finally:
+        _building.pop()
     meta = {"kind": kind, "key": key, "params": params, "sources": sources, "files": sorted(f.as_posix() for f in files)}
     write_unit(folder, {
         "artifact.pkl": pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
