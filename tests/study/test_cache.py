@@ -2,6 +2,7 @@ import importlib
 import json
 import sys
 import textwrap
+import types
 from functools import partial
 
 import pytest
@@ -121,6 +122,7 @@ def test_notebook_build_depends_on_the_notebook_imports_and_its_own_code(tmp_pat
     nb.write_text(json.dumps({"cells": cells}))
     monkeypatch.setenv("LLMTRAFFIC_NOTEBOOK", str(nb))
     study.begin("nb_x", None)
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a kernel's: no file
     space: dict = {"__name__": "__main__"}
     exec("def build():\n    return 1\n\ndef other():\n    return 2\n", space)
     digest, files = dependency_digest(space["build"])

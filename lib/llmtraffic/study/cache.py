@@ -177,7 +177,8 @@ def dependency_digest(build: Callable[..., Any]) -> tuple[str, list[Path]]:
     """
     fn = getattr(build, "func", build)  # functools.partial
     module = sys.modules.get(getattr(fn, "__module__", "") or "")
-    if module is not None and getattr(module, "__file__", None) and module.__name__ != "__main__":
+    file = getattr(module, "__file__", None) or ""
+    if module is not None and file.endswith(".py"):  # a module or a script (a notebook has no file)
         path, name = Path(module.__file__), module.__name__
         stat = path.stat()
         roots = [name, *_imports(path, (stat.st_mtime_ns, stat.st_size), name)]
