@@ -163,9 +163,10 @@ def run_suite(outside: Path) -> dict[str, dict]:
                             worker.close()
                     except (RewardError, RewardTimeout) as error:
                         outcome = str(error)
+                seconds = round(time.perf_counter() - start, 3)
                 time.sleep(0.05 if kind == "static" else 0.2)  # a shell, had one started, is done by now
                 results[f"{kind}: {name}"] = {
-                    "outcome": outcome, "seconds": round(time.perf_counter() - start, 3), "confined": confined,
+                    "outcome": outcome, "seconds": seconds, "confined": confined,
                     "outside_changed": snapshot(outside) != before or sentinel.exists(),
                     "run_dir_left": sorted(p.name for p in run_dir.iterdir()),
                 }
