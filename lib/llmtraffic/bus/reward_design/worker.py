@@ -91,11 +91,11 @@ def install_seccomp() -> bool:
     if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
         return False
 
-    class Program(ctypes.Structure):
+    class SockFprog(ctypes.Structure):  # struct sock_fprog of <linux/filter.h>
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
     code = seccomp_filter(SYSCALLS_X86_64)
-    program = Program(len(code) // 8, code)
+    program = SockFprog(len(code) // 8, code)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return False
