@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..study.atomic import atomic_write
 from .checks import RewardFunctionError, check_reward  # noqa: F401  (raised here; importable from here)
 
 
@@ -313,10 +314,8 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def save_checkpoint(path: Path, agent: DQNAgent, history: list[dict]) -> None:
-    """Write atomically (temp file + rename) so a kill mid-write leaves the last good one."""
-    tmp = path.with_suffix(".tmp")
-    torch.save({"agent": agent.state_dict(), "history": history}, tmp)
-    os.replace(tmp, path)
+    """Write atomically so a kill mid-write leaves the last good one."""
+    atomic_write(path, lambda fh: torch.save({"agent": agent.state_dict(), "history": history}, fh))
 
 
 def train(agent: DQNAgent, run_episode: Callable[[DQNAgent, int], dict], cfg: DQNConfig,
