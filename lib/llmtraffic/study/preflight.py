@@ -81,8 +81,13 @@ def llm_shape_problem(cfg: Any) -> str | None:
     if unknown or missing:
         return (f"({backend}) has unknown keys {unknown} and lacks required keys {missing}; "
                 f"allowed: {', '.join(sorted(allowed))}")
-    if backend == "openai" and urlparse(str(cfg["base_url"])).scheme not in ("http", "https"):
-        return f"base_url must be an http(s) URL, got {cfg['base_url']!r}"
+    if backend == "openai":
+        from ..llm.openai_compat import OpenAIConfig
+
+        try:  # its own checks of every value (URL, retries, timeouts)
+            OpenAIConfig(**{k: cfg[k] for k in keys})
+        except ValueError as err:
+            return str(err).removeprefix("llm (openai): ")
     cache = cfg.get("cache") or {}
     if not isinstance(cache, dict) or set(cache) - {"path", "mode"}:
         return f"cache must be a mapping with keys path and mode, got {cache!r}"
