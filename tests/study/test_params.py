@@ -176,7 +176,7 @@ def test_malformed_yaml_exits_2_naming_the_source_and_the_parser_message(outdirs
     assert code == 2
     err = capsys.readouterr().err
     where = {"--set": "--set 'n=[0,1'", "params file": str(bad), "profile file": str(params / "fx_plot" / "smoke.yaml")}
-    assert where[source] in err and "not valid YAML" in err and "expected ',' or ']'" in err
+    assert where[source] in err and "not valid YAML: while parsing a flow sequence: expected ',' or ']'" in err
     assert "Traceback" not in err and not (outdirs / "runs").exists()
 
 
@@ -223,12 +223,12 @@ def _notebook_dir(tmp_path, source, stem="nb"):
         ("eval_seeds=[1, null]", ["'eval_seeds[1]' must be int", "got NoneType None"]),
         ("eval_seeds=[-1]", ["'eval_seeds[0]' must be >= 0"]),
         ("agent_seeds=[0.5]", ["'agent_seeds[0]' must be int"]),
-        ("episodes=0", ["'episodes' must be >= 1 (>= 1), got 0"]),
+        ("episodes=0", ["'episodes' must be >= 1, got 0"]),
         ("horizon_h=0", ["'horizon_h' must be > 0"]),
         ("horizon_h=.inf", ["'horizon_h' must be finite, got inf"]),
         ("horizon_h=.nan", ["'horizon_h' must be finite, got nan"]),
-        ("slack=1.0", ["'slack' must be < 1 (>= 0 and < 1)"]),
-        ("executor=threads", ["'executor' must be one of serial, processes, ray"]),
+        ("slack=1.0", ["'slack' must be >= 0 and < 1, got 1.0"]),
+        ("executor=threads", ["'executor' must be one of serial, processes, ray, got 'threads'"]),
         ("methods=[a, d]", ["'methods[1]' must be one of a, b, c"]),
         ("dqn={episodes: 0}", ["'dqn.episodes' must be >= 1"]),
         ("dqn={hidden: [8, x]}", ["'dqn.hidden[1]' must be int"]),

@@ -83,7 +83,7 @@ class Constraint:
             return f"must be one of {', '.join(self.choices)}"
         for op, limit in self.bounds:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not _OPS[op](value, limit):
-                return f"must be {op} {limit:g}"
+                return f"must be {self.text}"
         return None
 
 
@@ -192,7 +192,7 @@ def _conform(default: Any, value: Any, constraints: list[Constraint], where: str
     for constraint in constraints:
         problem = constraint.problem(value)
         if problem:
-            raise _Mismatch(where, f"{problem} ({constraint.text}), got {value!r}")
+            raise _Mismatch(where, f"{problem}, got {value!r}")
     return float(value) if isinstance(default, float) else value
 
 
@@ -235,7 +235,7 @@ def validate(stem: str, values: dict[str, Any], declared: dict[str, Parameter]) 
         try:
             checked[key] = None if value is None and par.default is None else _conform(par.default, value, rules)
         except _Mismatch as err:
-            raise ParamError(f"notebook {stem}: parameter {key + err.where!r} {err}; allowed: {allowed}") from None
+            raise ParamError(f"notebook {stem}: parameter {key + err.where!r} {err}") from None
     return checked
 
 
@@ -255,11 +255,16 @@ def _read_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise ParamError(f"{path}: not valid YAML: {_oneline(err)}") from None
+        raise ParamError(f"{path}: not valid YAML: {_yaml_message(err)}") from None
 
 
-def _oneline(err: Exception) -> str:
-    return " ".join(str(err).split())
+def _yaml_message(err: yaml.YAMLError) -> str:
+    """The parser's message on one line: ``while parsing …: expected …, line 1, column 5``."""
+    if not isinstance(err, yaml.MarkedYAMLError) or err.problem is None:
+        return " ".join(str(err).split())
+    mark = err.problem_mark
+    where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return (f"{err.context}: " if err.context else "") + err.problem + where
 
 
 def known_profiles(params_dir: Path) -> list[str]:
@@ -337,7 +342,7 @@ def merge_settings(files: list[Path], assignments: list[str]) -> dict[str, Any]:
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError as err:
-            raise ParamError(f"--set {item!r}: not valid YAML: {_oneline(err)}") from None
+            raise ParamError(f"--set {item!r}: not valid YAML: {_yaml_message(err)}") from None
         add(key.strip(), value, f"--set {item}")
     return values
 
