@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
-import libsumo as ls
 import pandas as pd
 
 from .baselines import SOTL, Controller, FixedTime, MaxPressure
@@ -28,18 +27,22 @@ def evaluate(scenario: Scenario | str, controller: Controller, seed: int = 0, ep
              config: SignalConfig | None = None) -> dict:
     """One seeded episode of ``controller`` on ``scenario``.
 
+    The same seed gives the same numbers whatever ran before in this process: a SUMO episode
+    runs in a fresh process (``SignalConfig.fresh_process``), a CityFlow one on a reset engine.
+
     Returns ``travel_time_s``, ``travel_time_all_s``, ``queue``, ``delay``, ``throughput``
     (see :mod:`llmtraffic.signal.metrics`), ``deadlock`` and ``deadlock_time_s``, the per-decision
-    ``queue_series``, and the settings that produced them (scenario, controller, seed,
-    ``time_to_teleport``, SUMO version).
+    ``queue_series``, and the settings that produced them (scenario, simulator and its version,
+    controller, seed, the :class:`SignalConfig` fields).
     """
-    cfg = replace(config or SignalConfig(), episode_s=episode_s)
+    cfg = replace(config or SignalConfig(), episode_s=episode_s, fresh_process=True)
     scenario = load(scenario)
     with SignalEnv(scenario, cfg, seed=seed) as env:
         result = run_episode(env, controller, seed)
-    return {**result, "scenario": scenario.name, "controller": repr(controller), "seed": seed,
-            **{f"config_{k}": v for k, v in asdict(cfg).items()},
-            "sumo_version": ls.getVersion()[1]}
+        version = env.sim.version()
+    return {**result, "scenario": scenario.name, "simulator": scenario.simulator,
+            "simulator_version": version, "controller": repr(controller), "seed": seed,
+            **{f"config_{k}": v for k, v in asdict(cfg).items()}}
 
 
 # Table 1 of the OracleTSC seed ----------------------------------------------------------
