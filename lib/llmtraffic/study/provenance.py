@@ -69,7 +69,7 @@ def _memory_gb() -> float | None:
 
 def record() -> dict:
     """Code, packages and hardware of this process (SUMO versions when SUMO was imported)."""
-    names = KEY_PACKAGES + (SUMO_PACKAGES if "libsumo" in sys.modules or "traci" in sys.modules else ())
+    names = KEY_PACKAGES + (SUMO_PACKAGES if "libsumo" in sys.modules or "traci" in sys.modules else ()) + (("cityflow",) if "cityflow" in sys.modules else ())
     return {
         "git": git_state(),
         "python": platform.python_version(),
