@@ -215,12 +215,14 @@ def test_bad_inputs_raise_naming_the_culprit(tmp_path):
 
 @pytest.mark.slow
 def test_evaluation_of_a_seed_does_not_depend_on_what_ran_before_on_cologne1():
-    # libsumo restarted in one process is not bit-reproducible on Cologne1 under signal control;
-    # evaluate() runs every SUMO episode in a fresh process, so it is
+    # libsumo restarted in one process is not bit-reproducible on Cologne1 under signal control:
+    # in one process this sequence gave queues 5.6889, then 6.3639 for the same seed; evaluate()
+    # runs every SUMO episode in a fresh process, so it is
     from llmtraffic.signal import MaxPressure
 
-    first = evaluate("cologne1", MaxPressure(10), seed=0, episode_s=1800)
-    evaluate("cologne1", FixedTime(10), seed=5, episode_s=1800)
-    again = evaluate("cologne1", MaxPressure(10), seed=0, episode_s=1800)
+    first = evaluate("cologne1", MaxPressure(10), seed=0)
+    evaluate("cologne1", FixedTime(30), seed=0)
+    evaluate("cologne1", MaxPressure(10), seed=1)
+    again = evaluate("cologne1", MaxPressure(10), seed=0)
     assert first["queue_series"] == again["queue_series"]
     assert (first["travel_time_s"], first["throughput"]) == (again["travel_time_s"], again["throughput"])
