@@ -9,7 +9,7 @@ from importlib import import_module
 _WHERE = {
     "baselines": ("IDQN", "SOTL", "Controller", "DeepRLConfig", "FixedTime", "MaxPressure", "PressLight", "train"),
     "env": ("SignalConfig", "SignalEnv", "SignalState", "lane_counts_phase", "negative_queue", "queue_difference"),
-    "evaluation": ("evaluate", "evaluate_method", "mean_std_table", "run_episode"),
+    "evaluation": ("evaluate", "evaluate_method", "mean_ci_table", "run_episode"),
     "scenarios": ("CityFlowScenario", "Scenario", "SyntheticScenario", "load"),
     "state": ("IntersectionState", "LaneCounts", "Movement", "Phase"),
 }

@@ -57,7 +57,16 @@ CLASSIC = {
 
 COLUMNS = {"travel_time_s": "Travel Time", "queue": "Queue", "delay": "Delay", "throughput": "Throughput",
            "travel_time_all_s": "Travel Time (all)"}
-"""Result keys → Table 1 column names (the last is ours: unfinished trips counted too)."""
+"""Result keys → Table 1 column names on SUMO, where LibSignal's travel time counts arrived
+vehicles only (the last column is ours: unfinished trips counted too)."""
+CITYFLOW_COLUMNS = {"travel_time_all_s": "Travel Time", "queue": "Queue", "delay": "Delay",
+                    "throughput": "Throughput", "travel_time_s": "Travel Time (arrived)"}
+"""The same on CityFlow, whose own (and LibSignal's) travel time counts unfinished trips."""
+
+
+def table_columns(scenario: str) -> dict[str, str]:
+    """:data:`COLUMNS` or :data:`CITYFLOW_COLUMNS`, by the scenario's simulator."""
+    return CITYFLOW_COLUMNS if load(scenario).simulator == "cityflow" else COLUMNS
 
 
 def evaluate_method(method: str, scenario: str, seed: int, episode_s: int = 3600,
@@ -70,21 +79,25 @@ def evaluate_method(method: str, scenario: str, seed: int, episode_s: int = 3600
     return {"method": method, **evaluate(scenario, controller, seed=seed, episode_s=episode_s)}
 
 
-def mean_std_table(rows: pd.DataFrame, methods: list[str], scenario: str) -> pd.DataFrame:
-    """Table 1 layout for one scenario: ``mean ± std`` over seeds per method, plus deadlocked runs.
+def mean_ci_table(rows: pd.DataFrame, methods: list[str], scenario: str,
+                  columns: dict[str, str] | None = None) -> pd.DataFrame:
+    """Table 1 layout for one scenario: mean ± 95 % CI half-width (:func:`llmtraffic.study.stats.mean_ci`)
+    over the runs (eval seeds × agent seeds) per method, plus deadlocked runs.
 
     Deadlocked runs stay in the means (as in LibSignal's numbers) and are counted, with the
     times they began, in the ``Deadlocks`` column.
     """
-    out = {}
+    from llmtraffic.study.stats import mean_ci
+
+    out, columns = {}, columns or COLUMNS
     for method in methods:
         runs = rows[(rows["method"] == method) & (rows["scenario"] == scenario)]
         if runs.empty:
             continue
         cells = {}
-        for key, name in COLUMNS.items():
+        for key, name in columns.items():
             digits = 0 if key == "throughput" else (2 if key == "delay" else 1)
-            cells[name] = f"{runs[key].mean():.{digits}f} ± {runs[key].std(ddof=0):.{digits}f}"
+            cells[name] = mean_ci(runs[key].astype(float).to_numpy()).format(digits)
         stuck = runs[runs["deadlock"]]
         cells["Deadlocks"] = f"{len(stuck)}/{len(runs)}" + (
             " (from " + ", ".join(f"{t:.0f} s" for t in stuck["deadlock_time_s"]) + ")" if len(stuck) else "")
