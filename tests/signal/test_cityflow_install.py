@@ -44,5 +44,5 @@ def test_missing_cityflow_says_how_to_get_it(monkeypatch):
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_cityflow)
-    with pytest.raises(install.CityFlowMissing, match="make venv.*SUMO scenarios work without it"):
+    with pytest.raises(install.CityFlowMissing, match="make venv.*backends.install.*SUMO scenarios work without it"):
         install.require_cityflow()

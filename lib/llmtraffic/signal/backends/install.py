@@ -44,8 +44,8 @@ def require_cityflow():
     except ImportError:
         raise CityFlowMissing(
             "CityFlow is not installed, so CityFlow scenarios (hangzhou1x1) cannot run; "
-            "`make venv` builds it (needs cmake and a C++ compiler), or run "
-            "`python -m llmtraffic.signal.backends.install`. SUMO scenarios work without it.") from None
+            "`make venv` builds it (needs cmake and a C++ compiler); after installing those later, run "
+            "`.venv/bin/python -m llmtraffic.signal.backends.install`. SUMO scenarios work without it.") from None
     return cityflow
 
 
@@ -124,7 +124,8 @@ def main() -> int:
     if missing:
         print(f"WARNING: CityFlow not built: missing {', '.join(missing)}. CityFlow scenarios "
               "(hangzhou1x1) will not run and their tests are skipped; SUMO scenarios work. "
-              "Install the tools (e.g. apt-get install cmake g++) and rerun `make venv`.", file=sys.stderr)
+              "Install the tools (e.g. apt-get install cmake g++), then run "
+              "`.venv/bin/python -m llmtraffic.signal.backends.install`.", file=sys.stderr)
         return 0
     with tempfile.TemporaryDirectory(prefix="cityflow-") as tmp:
         if VENDORED.exists():
