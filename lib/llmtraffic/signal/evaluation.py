@@ -85,7 +85,9 @@ def mean_ci_table(rows: pd.DataFrame, methods: list[str], scenario: str,
     over the runs (eval seeds × agent seeds) per method, plus deadlocked runs.
 
     Deadlocked runs stay in the means (as in LibSignal's numbers) and are counted, with the
-    times they began, in the ``Deadlocks`` column.
+    times they began, in the ``Deadlocks`` column; a method with any deadlocked run has its cells
+    marked ``jammed:``, so that no comparison reads a jammed run as an improvement (a short
+    travel time there means few vehicles arrived).
     """
     from llmtraffic.study.stats import mean_ci
 
@@ -95,10 +97,10 @@ def mean_ci_table(rows: pd.DataFrame, methods: list[str], scenario: str,
         if runs.empty:
             continue
         cells = {}
+        stuck = runs[runs["deadlock"]]
         for key, name in columns.items():
             digits = 0 if key == "throughput" else (2 if key == "delay" else 1)
-            cells[name] = mean_ci(runs[key].astype(float).to_numpy()).format(digits)
-        stuck = runs[runs["deadlock"]]
+            cells[name] = ("jammed: " if len(stuck) else "") + mean_ci(runs[key].astype(float).to_numpy()).format(digits)
         cells["Deadlocks"] = f"{len(stuck)}/{len(runs)}" + (
             " (from " + ", ".join(f"{t:.0f} s" for t in stuck["deadlock_time_s"]) + ")" if len(stuck) else "")
         out[method] = cells
