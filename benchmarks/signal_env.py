@@ -52,7 +52,8 @@ def bare_episode(scenario, phases, tls: str, method: str, seed: int, cfg: Signal
 
 
 def bare_cityflow_episode(env: SignalEnv, method: str, seed: int, cfg: SignalConfig) -> None:
-    """The same controller logic written directly against the CityFlow engine."""
+    """The same controller logic written directly against the CityFlow engine (the env's own)."""
+    env._stop()  # the env restarts its episode on its next reset
     sim = env.sim
     eng, node, light, red, phases = sim.eng, sim.node, sim._light, sim._red, env.phases
     eng.reset()
