@@ -4,11 +4,12 @@ The simulator is the scenario's (:mod:`llmtraffic.signal.backends`); everything 
 defined here once for both.
 
 Episodes last ``episode_s`` simulated seconds (3600), a decision every ``decision_s`` (10) with
-1-s simulation steps, seeded through SUMO's ``--seed``. The action is the index of the green
-phase for the next slot. When it differs from the current phase, a ``clearance_s`` (5-s)
-clearance is inserted first — links green now and not green next show yellow, links green in
-both stay green, all others red — and the slot includes it (§4.1.3: "a fixed 5-second yellow
-interval is inserted").
+1-s simulation steps, seeded through SUMO's ``--seed`` or CityFlow's random seed. The action is
+the index of the green phase for the next slot. When it differs from the current phase, a
+``clearance_s`` (5-s) clearance is inserted first and the slot includes it (§4.1.3: "a fixed
+5-second yellow interval is inserted"): in SUMO links green now and not green next show yellow,
+links green in both stay green, all others red; in CityFlow the roadnet's all-red phase, as
+LibSignal does.
 
 Phase timer: ``phase_time_s`` counts the green seconds of the current phase and restarts at 0
 when the controller changes phase (after a change slot it is ``decision_s - clearance_s``).
@@ -23,15 +24,18 @@ stop line) plus a one-hot current phase; the reward is eq. 7, R_env = queue_{t�
 
 libsumo runs one simulation per process: a SUMO :class:`SignalEnv` owns it from construction
 until :meth:`SignalEnv.close`; constructing a second while the first is open raises an error.
-Every :meth:`SignalEnv.reset` restarts the simulation from scratch, so an exception inside an
-episode never leaks into the next one.
+Every :meth:`SignalEnv.reset` restarts the simulation from scratch (unless it has not been
+stepped since it started with the same seed), so an exception inside an episode never leaks
+into the next one.
 
 Reproducibility: the same scenario, seed and actions give the same episode, with one caveat
 in SUMO itself. On Cologne1 with phase changes, a later libsumo start in the same process
 occasionally differs from the first by about one vehicle (a bare libsumo loop, without this
 class, shows it too: 1748 vs 1747 arrivals for one random action sequence), apparently an
-order that depends on memory addresses. The first simulation of a fresh process is stable;
-the synthetic scenario showed no such difference.
+order that depends on memory addresses. The first simulation of a fresh process is stable, so
+:func:`llmtraffic.signal.evaluate` runs every SUMO episode in a fresh process
+(``SignalConfig.fresh_process``); the synthetic scenario showed no such difference. CityFlow
+episodes are reproducible in one process (the engine is reset and reseeded).
 """
 
 from __future__ import annotations
