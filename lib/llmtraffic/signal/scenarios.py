@@ -1,8 +1,10 @@
-"""Single-intersection SUMO scenarios: LibSignal's Cologne1 and Hangzhou 1x1, a synthetic one.
+"""Single-intersection scenarios: LibSignal's Cologne1 (SUMO) and Hangzhou 1x1 (CityFlow), a synthetic one.
 
-The OracleTSC study (seed 001, §4.1.1) runs on LibSignal's Cologne1 and CityFlow 1x1
-(Hangzhou) intersections. CityFlow is not available here, so Hangzhou runs on LibSignal's SUMO
-conversion of the same network and flows. ``synthetic`` is a four-arm intersection with a
+The OracleTSC study (§4.1.1) runs on LibSignal's Cologne1 (SUMO) and CityFlow 1x1 (Hangzhou,
+CityFlow) intersections; ``hangzhou1x1`` is the latter on CityFlow, as in the paper, and
+``hangzhou1x1_sumo`` LibSignal's SUMO conversion of the same network and flows, to show how much
+the simulator matters. Any CityFlow config or roadnet with one signalised intersection works
+too (:class:`CityFlowScenario`). ``synthetic`` is a four-arm intersection with a
 through and a left-turn lane per approach and eight phases like Hangzhou 1x1, built at run time
 with ``netconvert`` from XML written here, with seeded Poisson demand per movement; it needs no
 data files. Any other ``.sumocfg`` with one signalised intersection works too: the environment
@@ -24,11 +26,14 @@ import numpy as np
 
 from llmtraffic.study import data_path
 
+HANGZHOU = "libsignal/hangzhou_1x1_bc-tyc_18041610_1h"
 FILES = {
     "cologne1": "libsignal/cologne1/cologne1.sumocfg",
-    "hangzhou1x1": "libsignal/hangzhou_1x1_bc-tyc_18041610_1h/hangzhou_1x1_bc-tyc_18041610_1h.sumocfg",
+    "hangzhou1x1_sumo": f"{HANGZHOU}/hangzhou_1x1_bc-tyc_18041610_1h.sumocfg",
 }
-"""Named scenarios shipped as LibSignal data files (paths inside the data directory)."""
+"""Named SUMO scenarios shipped as LibSignal data files (paths inside the data directory)."""
+CITYFLOW_FILES = {"hangzhou1x1": (f"{HANGZHOU}/roadnet.json", f"{HANGZHOU}/flow.json")}
+"""Named CityFlow scenarios: (roadnet, flow) inside the data directory."""
 
 
 @dataclass(frozen=True)
@@ -37,14 +42,49 @@ class Scenario:
 
     name: str
     sumocfg: Path
+    simulator = "sumo"
 
     def sumo_config(self, seed: int) -> Path:
         """The configuration to start for episode seed ``seed`` (file scenarios: always the same)."""
         return self.sumocfg
 
+    def source(self, seed: int) -> Path:
+        """The file the simulator loads for episode seed ``seed``."""
+        return self.sumo_config(seed)
+
     def params(self) -> dict:
         """What identifies the scenario in provenance and caches."""
         return {"name": self.name, "sumocfg": str(self.sumocfg)}
+
+
+@dataclass(frozen=True)
+class CityFlowScenario(Scenario):
+    """A CityFlow scenario: a roadnet and a flow file (one-second steps, no lane changes, as LibSignal)."""
+
+    name: str = "cityflow"
+    sumocfg: Path = Path()
+    roadnet: Path = Path()
+    flow: Path = Path()
+    simulator = "cityflow"
+
+    def __post_init__(self) -> None:
+        for path in (self.roadnet, self.flow):
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"CityFlow scenario {self.name!r}: {path} does not exist")
+
+    def source(self, seed: int) -> Path:
+        """CityFlow config for this roadnet and flow (the seed is set on the engine, not here)."""
+        cfg = {"interval": 1.0, "seed": 0, "dir": "", "roadnetFile": str(Path(self.roadnet).resolve()),
+               "flowFile": str(Path(self.flow).resolve()), "rlTrafficLight": True, "laneChange": False,
+               "saveReplay": False, "roadnetLogFile": "", "replayLogFile": ""}
+        text = json.dumps(cfg, sort_keys=True)
+        path = Path(tempfile.gettempdir()) / "llmtraffic-cityflow" / f"{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+        if not path.exists():
+            _write(path, text)
+        return path
+
+    def params(self) -> dict:
+        return {"name": self.name, "simulator": "cityflow", "roadnet": str(self.roadnet), "flow": str(self.flow)}
 
 
 # Synthetic intersection --------------------------------------------------------------------
@@ -235,8 +275,8 @@ def routes_xml(rates: dict[str, float], profile: tuple[float, ...], duration_s: 
 # Lookup ----------------------------------------------------------------------------------
 
 def load(name: str | os.PathLike, **params) -> Scenario:
-    """``"cologne1"``, ``"hangzhou1x1"``, ``"synthetic"`` (keyword parameters of
-    :class:`SyntheticScenario`) or a path to a ``.sumocfg``."""
+    """``"cologne1"``, ``"hangzhou1x1"`` (CityFlow), ``"hangzhou1x1_sumo"``, ``"synthetic"``
+    (keyword parameters of :class:`SyntheticScenario`) or a path to a ``.sumocfg``."""
     if isinstance(name, Scenario):
         return name
     key = str(name)
@@ -246,6 +286,9 @@ def load(name: str | os.PathLike, **params) -> Scenario:
         raise TypeError(f"scenario {key!r} takes no parameters, got {sorted(params)}")
     if key in FILES:
         return Scenario(key, data_path(FILES[key]))
+    if key in CITYFLOW_FILES:
+        roadnet, flow = CITYFLOW_FILES[key]
+        return CityFlowScenario(key, roadnet=data_path(roadnet), flow=data_path(flow))
     if key.endswith(".sumocfg"):
         path = Path(key)
         if not path.is_file():
@@ -255,5 +298,5 @@ def load(name: str | os.PathLike, **params) -> Scenario:
         except ET.ParseError as err:
             raise ValueError(f"scenario file {path} is not valid XML: {err}") from None
         return Scenario(path.stem, path.resolve())
-    raise ValueError(f"unknown scenario {key!r}; known: {sorted([*FILES, 'synthetic'])} "
+    raise ValueError(f"unknown scenario {key!r}; known: {sorted([*FILES, *CITYFLOW_FILES, 'synthetic'])} "
                      "or a path ending in .sumocfg")
