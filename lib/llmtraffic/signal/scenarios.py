@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import subprocess
-import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from llmtraffic.study import data_path
+from llmtraffic.study.atomic import atomic_write_text
 
 HANGZHOU = "libsignal/hangzhou_1x1_bc-tyc_18041610_1h"
 FILES = {
@@ -80,7 +80,7 @@ class CityFlowScenario(Scenario):
         text = json.dumps(cfg, sort_keys=True)
         path = Path(tempfile.gettempdir()) / "llmtraffic-cityflow" / f"{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
         if not path.exists():
-            _write(path, text)
+            atomic_write_text(path, text)
         return path
 
     def params(self) -> dict:
@@ -156,22 +156,13 @@ class SyntheticScenario(Scenario):
             build_network(folder, self.road_m, self.speed)
         routes = folder / f"routes_{seed}.rou.xml"
         if not routes.exists():
-            _write(routes, routes_xml(self.rates, self.profile, self.duration_s, seed))
+            atomic_write_text(routes, routes_xml(self.rates, self.profile, self.duration_s, seed))
         cfg = folder / f"seed_{seed}.sumocfg"
         if not cfg.exists():
-            _write(cfg, f'<configuration>\n  <input>\n    <net-file value="{net.name}"/>\n'
+            atomic_write_text(cfg, f'<configuration>\n  <input>\n    <net-file value="{net.name}"/>\n'
                         f'    <route-files value="{routes.name}"/>\n  </input>\n'
                         '  <time>\n    <begin value="0"/>\n  </time>\n</configuration>\n')
         return cfg
-
-
-def _write(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so concurrent builders never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def netconvert() -> str:
@@ -226,7 +217,7 @@ def build_network(folder: Path, road_m: float, speed: float) -> Path:
     paths = {}
     for kind, text in network_xml(road_m, speed).items():
         paths[kind] = folder / f"plain.{kind}.xml"
-        _write(paths[kind], text)
+        atomic_write_text(paths[kind], text)
     net = folder / "net.net.xml"
     tmp = folder / f"net.{os.getpid()}.part.xml"
     cmd = [netconvert(), "--node-files", str(paths["nod"]), "--edge-files", str(paths["edg"]),
@@ -234,6 +225,7 @@ def build_network(folder: Path, road_m: float, speed: float) -> Path:
            "--no-turnarounds", "true", "--output-file", str(tmp)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
         raise RuntimeError(f"netconvert failed for {folder}:\n{done.stderr}")
     os.replace(tmp, net)
     return net
