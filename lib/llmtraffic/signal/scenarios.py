@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import subprocess
+import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
