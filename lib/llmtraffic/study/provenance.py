@@ -150,7 +150,7 @@ def artifacts() -> list[dict]:
 def record(target: Path | None = None) -> dict:
     """Code, packages, hardware and cached artifacts behind an output saved at ``target``
     (default: the figures folder). Applies the guard (see the module docstring)."""
-    names = KEY_PACKAGES + (SUMO_PACKAGES if "libsumo" in sys.modules or "traci" in sys.modules else ())
+    names = KEY_PACKAGES + (SUMO_PACKAGES if "libsumo" in sys.modules or "traci" in sys.modules else ()) + (("cityflow",) if "cityflow" in sys.modules else ())
     return {
         **check_target(Path(target or paths.figures_dir())),
         "python": platform.python_version(),
