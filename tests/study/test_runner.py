@@ -38,8 +38,25 @@ def test_failing_notebook_is_named_with_its_cell_and_others_still_run(outdirs, c
     assert (outdirs / "figures" / "fx_plot" / "line.png").exists()  # fx_plot ran after fx_fail
 
 
+def test_run_summary_records_times_and_failures_in_the_gallery(outdirs, capsys):
+    assert _cli("run", "--profile", "smoke") == 1
+    summary = json.loads((outdirs / "figures" / "run.json").read_text())
+    assert summary["last_run"]["profile"] == "smoke"
+    assert summary["last_run"]["jobs_failed"] == ["fx_fail"]
+    assert summary["notebooks"]["fx_plot"]["ok"] and not summary["notebooks"]["fx_fail"]["ok"]
+    assert summary["notebooks"]["fx_plot"]["seconds"] > 0
+    assert summary["last_run"]["wall_s"] >= max(n["seconds"] for n in summary["notebooks"].values()) - 1
+    # a later partial run keeps the other notebook's entry and names itself partial
+    assert _cli("run", "--profile", "smoke", "--only", "fx_plot") == 0
+    summary = json.loads((outdirs / "figures" / "run.json").read_text())
+    assert set(summary["notebooks"]) == {"fx_fail", "fx_plot"} and summary["last_run"]["only"] == ["fx_plot"]
+    readme = (outdirs / "figures" / "README.md").read_text()
+    assert "Latest run: profile `smoke` (only fx_plot), 1 notebooks" in readme
+    assert "| fx_fail | smoke |" in readme and "FAILED" in readme
+
+
 def test_fail_fast_stops_after_first_failure(outdirs, capsys):
-    assert _cli("run", "--profile", "smoke", "--fail-fast") == 1
+    assert _cli("run", "--profile", "smoke", "--fail-fast", "--jobs", "1") == 1
     assert not (outdirs / "figures" / "fx_plot").exists()  # fx_fail sorts first; fx_plot never started
 
 

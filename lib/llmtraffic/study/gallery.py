@@ -61,6 +61,28 @@ def _entry(meta: dict, root: Path) -> list[str]:
     return lines + [source, ""]
 
 
+def run_times(root: Path) -> list[str]:
+    """The latest run's wall time and each notebook's latest time (from the runner's ``run.json``)."""
+    try:
+        summary = json.loads((root / "run.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return []
+    last = summary.get("last_run", {})
+    only = f" (only {' '.join(last['only'])})" if last.get("only") else ""
+    lines = [
+        f"Latest run: profile `{last.get('profile')}`{only}, {last.get('notebooks')} notebooks in "
+        f"{last.get('wall_s', 0) / 60:.1f} min on {last.get('cpus')} CPUs, commit `{(last.get('commit') or 'unknown')[:10]}`"
+        + (f"; failed: {', '.join(last['jobs_failed'])}" if last.get("jobs_failed") else "; no failures") + ".",
+        "",
+        "| notebook | profile | seconds | outcome | commit |",
+        "|---|---|---|---|---|",
+    ]
+    for stem, n in summary.get("notebooks", {}).items():
+        outcome = "ok" if n.get("ok") else f"FAILED: {n.get('error', '')}".replace("|", "\\|")
+        lines.append(f"| {stem} | {n.get('profile')} | {n.get('seconds')} | {outcome} | `{(n.get('commit') or 'unknown')[:10]}` |")
+    return lines + [""]
+
+
 def render(root: Path | None = None) -> str:
     root = Path(root or figures_dir())
     metas = outputs(root)
@@ -73,6 +95,7 @@ def render(root: Path | None = None) -> str:
         "The papers' claims, our estimates and verdicts: [SCORECARD.md](SCORECARD.md).",
         "",
     ]
+    lines += run_times(root)
     if not metas:
         lines += ["_No outputs yet._", ""]
     by_paper: dict[str, dict[str, list[dict]]] = {}

@@ -22,10 +22,15 @@ from typing import Any
 import yaml
 from tqdm.auto import tqdm
 
-from . import gallery
+from . import findings, gallery, provenance
+from .atomic import atomic_write_text
 from .params import ParamError, check_profile, differences, load_profile, notebook_parameters, validate
-from .paths import ROOT, runs_dir
+from .paths import ROOT, figures_dir, runs_dir
 from .preflight import ResourceError, check_settings, resource_problems
+
+
+DEFAULT_JOBS = max(1, min(os.cpu_count() or 1, 4))
+"""Notebooks at once by default: every core (at most 4; each notebook may run a process pool of its own)."""
 
 
 @dataclass
@@ -175,7 +180,7 @@ def run(
     params_dir: Path = ROOT / "params",
     only: list[str] | None = None,
     overrides: dict[str, Any] | None = None,
-    jobs: int = 1,
+    jobs: int = DEFAULT_JOBS,
     fail_fast: bool = False,
     fresh: bool = False,
     quiet: bool = False,
@@ -196,6 +201,8 @@ def run(
         raise ParamError(f"--only {' '.join(only)} matches no notebook in {notebooks_dir}")
     plans = plan(notebooks, profile, params_dir, overrides)
     preflight(plans)
+    provenance.check_target(figures_dir())  # a dirty tree fails now, not at its first save
+    started = time.time()
     out_dir = runs_dir() / profile
     outcomes: list[Outcome] = []
     bar = tqdm(total=len(plans), desc=f"notebooks ({profile})", unit="nb", disable=quiet or not plans)
@@ -215,5 +222,33 @@ def run(
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         outcomes = [o for o in pool.map(one, plans) if o is not None]
     bar.close()
+    record_run(profile, outcomes, time.time() - started, only)
     gallery.write()
+    if figures_dir().resolve() == (ROOT / "figures").resolve():
+        findings.update_readme()
     return outcomes
+
+
+RUN_SUMMARY = "run.json"
+"""``figures/run.json``: the latest run's wall time and each notebook's latest time and outcome."""
+
+
+def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[str] | None) -> Path:
+    """Merge this run into ``figures/run.json`` (per notebook: the latest time, outcome and commit)."""
+    path = figures_dir() / RUN_SUMMARY
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        summary = {}
+    commit = provenance.git_state()["commit"]
+    notebooks = summary.get("notebooks", {})
+    for o in outcomes:
+        notebooks[o.stem] = {"ok": o.ok, "seconds": round(o.seconds, 1), "profile": profile, "commit": commit,
+                             "error": o.error, "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    summary = {
+        "last_run": {"profile": profile, "only": only or [], "commit": commit, "wall_s": round(wall_s, 1),
+                     "jobs_failed": [o.stem for o in outcomes if not o.ok], "notebooks": len(outcomes),
+                     "cpus": os.cpu_count()},
+        "notebooks": dict(sorted(notebooks.items())),
+    }
+    return atomic_write_text(path, json.dumps(summary, indent=1) + "\n")
