@@ -61,12 +61,13 @@ def paired(frame: pd.DataFrame, label: str, reference: str, measure: str = "trav
 def paired_table(frame: pd.DataFrame, labels: list[str], reference: str, missing: dict[str, str] | None = None,
                  measures: tuple[str, ...] = ("travel_time_s", "wait_time_s", "headway_sd_s")) -> pd.DataFrame:
     """Change (%) of each label against ``reference`` with its 95 % CI and verdict, per measure."""
-    out = {}
+    out, missing = {}, missing or {}
     for label in labels:
         if label == reference:
             continue
-        if missing and label in missing:
-            out[label] = {f"{MEASURES[m]} change (%)": missing[label] for m in measures} | {"verdict (travel time)": ""}
+        why = missing.get(label) or missing.get(reference)
+        if why:
+            out[label] = {f"{MEASURES[m]} change (%)": why for m in measures} | {"verdict (travel time)": ""}
             continue
         row = {}
         for m in measures:
@@ -76,6 +77,24 @@ def paired_table(frame: pd.DataFrame, labels: list[str], reference: str, missing
                 row["verdict (travel time)"] = stats.verdict(d)
         out[label] = row
     return pd.DataFrame.from_dict(out, orient="index").rename_axis(f"vs {reference}")
+
+
+def best_other(frame: pd.DataFrame, others: list[str], measure: str = "travel_time_s") -> str:
+    """The label among ``others`` with the lowest mean ``measure`` (§5.2.4: the best existing method)."""
+    means = frame[frame["method"].isin(others)].groupby("method")[measure].mean()
+    return str(means.idxmin())
+
+
+def record_claim(frame: pd.DataFrame, missing: dict[str, str], label: str, reference: str, measure: str,
+                 **claim: Any):
+    """Record a paper claim as the paired relative difference (%) of ``label`` against ``reference``
+    in ``measure``, or as not run when either row did not run (its reason becomes ``needs``)."""
+    from ... import study
+
+    why = missing.get(label) or missing.get(reference)
+    if why:
+        return study.claim(paper="bus", needs=why.removeprefix("not run: "), **claim)
+    return study.claim(paper="bus", ours=paired(frame, label, reference, measure), **claim)
 
 
 def best_so_far(run: DesignRun) -> list[float]:
