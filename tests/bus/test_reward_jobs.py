@@ -124,8 +124,8 @@ def test_llm_run_reports_its_token_cost(monkeypatch):
     one_shot = jobs.design_run(designer="llm", llm={"backend": "fake", "model": "fixed-model"}, variant="one_shot", seed=0, **RUN)
     cost = tables.cost_table({"paradigm": [run], "one-shot": [one_shot]})
     assert cost.to_dict("index") == {
-        "paradigm": {"calls": 4, "live_calls": 4, "prompt_tokens": 40, "completion_tokens": 16, "total_tokens": 56},
-        "one-shot": {"calls": 1, "live_calls": 1, "prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}}
+        "paradigm": {"calls": 4, "prompt_tokens": 40, "completion_tokens": 16, "total_tokens": 56},
+        "one-shot": {"calls": 1, "prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}}
 
 
 def test_dqn_parameters():

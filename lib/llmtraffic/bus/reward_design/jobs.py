@@ -17,8 +17,10 @@ row is labelled with its model name.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -61,7 +63,19 @@ def dqn_params(hidden: list[int], episodes: int, eps_decay_episodes: int, update
 
 def designer_label(llm: dict | None) -> str:
     """How tables and figures name a designer: the model of the ``llm`` config, or the search designer."""
-    return LABEL if llm is None else str(llm["model"])
+    if llm is None:
+        return LABEL
+    return str(llm.get("model") or Path(llm.get("cassette", "replay")).stem)
+
+
+def with_cassette(llm: dict | None) -> dict | None:
+    """``llm`` with a recording cassette when it names none: ``llm/<model>.jsonl`` under the runs
+    directory, so every request of a study is kept and the run can be replayed offline
+    (``cache: {path: llm/<model>.jsonl, mode: replay}``) at no cost."""
+    if llm is None or llm.get("cache") or llm.get("backend") == "replay":
+        return llm
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(llm.get("model", "llm")))
+    return {**llm, "cache": {"path": f"llm/{name}.jsonl", "mode": "record"}}
 
 
 def make_designer(llm: dict | None, scenario: Scenario, critic: bool = False, seed: int = 0) -> tuple[Designer, LLM | None]:
@@ -141,7 +155,7 @@ def design_run(*, designer: str, llm: dict | None, variant: str, seed: int, dqn:
         raise ValueError(f"designer must be {SEARCH!r} or {LLM_DESIGNER!r} (an llm config selects the model), got {designer!r}")
     if designer == LLM_DESIGNER and llm is None:
         return DesignRun("LLM designer", variant, seed, unavailable=NEEDS_LLM)
-    llm = llm if designer == LLM_DESIGNER else None
+    llm = with_cassette(llm) if designer == LLM_DESIGNER else None
     params = dict(llm=llm, variant=variant, seed=seed, dqn=dqn, design_seeds=list(design_seeds),
                   eval_seeds=list(eval_seeds), iterations=iterations, slack=slack, k=k, max_retries=max_retries,
                   horizon_s=horizon_s, train_horizon_s=train_horizon_s, scenario=scenario)
@@ -213,7 +227,7 @@ def direct_run(*, llm: dict | None, eval_seeds: list[int], horizon_s: float | No
     if llm is None:
         return DirectRun("LLM-direct", unavailable=NEEDS_LLM)
     case = SCENARIOS[scenario]()
-    model = from_config(llm)
+    model = from_config(with_cassette(llm))
     label = f"LLM-direct · {designer_label(llm)}"
     rows = []
     for seed in eval_seeds:

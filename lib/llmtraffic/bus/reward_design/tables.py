@@ -146,11 +146,12 @@ def loop_summary(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
     return pd.DataFrame.from_dict(out, orient="index").rename_axis("experiment")
 
 
-USAGE = ("calls", "live_calls", "prompt_tokens", "completion_tokens", "total_tokens")
+USAGE = ("calls", "prompt_tokens", "completion_tokens", "total_tokens")
+"""What a row's LLM requests cost (recorded or replayed alike: a replay costs nothing but is the same experiment)."""
 
 
 def cost_table(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
-    """LLM calls and tokens per row, summed over its agent seeds; rows without an LLM are left out."""
+    """LLM requests and tokens per row, summed over its agent seeds; rows without an LLM are left out."""
     rows = {}
     for label, g in runs.items():
         usages = [r.usage for r in g if r.usage is not None]
