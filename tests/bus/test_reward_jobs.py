@@ -158,6 +158,8 @@ def test_ci_and_paired_tables_on_constructed_rows():
     assert d.mean == pytest.approx(-100 * 10 / 205) and d.low == pytest.approx(d.high)
     table = tables.paired_table(frame, ["ref", "ours"], "ref")
     assert list(table.index) == ["ours"] and table.at["ours", "verdict (travel time)"] == "better"
+    frame.loc[frame["method"] == "ours", "hold_time_s"] = [0.0, 0.0, 5.0, 0.0]
+    assert tables.never_hold(frame, ["ours", "ref", "absent"]) == ["ref"]
 
 
 def test_llm_direct_rows_count_decisions_failures_and_cost(monkeypatch):

@@ -235,3 +235,17 @@ def direct_run(*, llm: dict | None, eval_seeds: list[int], horizon_s: float | No
         rows.append({"method": label, "seed": seed, **evaluate(case, controller, seed, horizon_s),
                      "decisions": controller.decisions, "failures": controller.failures})
     return DirectRun(label, rows, model.usage().as_dict())
+
+
+def variant_grid(variants_: list[str], agent_seeds: list[int], llm: dict | None, common: dict,
+                 executor: str = "serial", jobs: int = 1, **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
+    """Every variant × agent seed with the search designer (through ``executor``), then with the LLM
+    (serially: one client, one cassette; rows that say why without ``llm``), and the references."""
+    def tasks(designer: str) -> list[dict]:
+        return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **common) for v in variants_ for s in agent_seeds]
+
+    found = study.run_grid(design_run, tasks(SEARCH), executor=executor, jobs=jobs, desc="search-designer loops")
+    found += study.run_grid(design_run, tasks(LLM_DESIGNER), desc="LLM loops")
+    refs = study.run_grid(reference_run, [dict(seed=s, **common) for s in agent_seeds], executor=executor, jobs=jobs,
+                          desc="references")
+    return found, refs

@@ -25,6 +25,14 @@ def group(runs: list[DesignRun]) -> dict[str, list[DesignRun]]:
     return out
 
 
+def by_designer(runs: dict[str, list[DesignRun]]) -> dict[str, list[str]]:
+    """Designer → its row labels, in first-seen order."""
+    out: dict[str, list[str]] = {}
+    for label, g in runs.items():
+        out.setdefault(g[0].designer, []).append(label)
+    return out
+
+
 def eval_frame(runs: dict[str, list[DesignRun]], references: list[ReferenceRun] = ()) -> pd.DataFrame:
     """One row per (method label, agent seed, evaluation episode) with the measures."""
     rows = [{"method": label, "agent_seed": r.seed, **row}
@@ -77,6 +85,12 @@ def paired_table(frame: pd.DataFrame, labels: list[str], reference: str, missing
                 row["verdict (travel time)"] = stats.verdict(d)
         out[label] = row
     return pd.DataFrame.from_dict(out, orient="index").rename_axis(f"vs {reference}")
+
+
+def never_hold(frame: pd.DataFrame, labels: list[str]) -> list[str]:
+    """Labels whose agents never held on any evaluation episode (rows that equal no holding by policy, whatever the reward)."""
+    held = frame[frame["method"].isin(labels)].groupby("method")["hold_time_s"].max()
+    return [label for label in labels if label in held.index and held[label] == 0]
 
 
 def best_other(frame: pd.DataFrame, others: list[str], measure: str = "travel_time_s") -> str:
