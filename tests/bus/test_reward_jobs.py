@@ -183,12 +183,3 @@ def test_llm_direct_rows_count_decisions_failures_and_cost(monkeypatch):
     assert garbled["failures"] == garbled["decisions"] > 0
     assert garbled["travel_time_s"] == evaluate(scenarios.case1(), None, 4, 1800.0)["travel_time_s"]
     assert jobs.direct_run(llm=None, eval_seeds=[4]).unavailable == jobs.NEEDS_LLM
-
-
-def test_loop_digest_follows_the_designer_source(monkeypatch):
-    from llmtraffic.bus.reward_design import search
-
-    digest = jobs.loop_digest()
-    assert digest == jobs.loop_digest() and len(digest) == 16
-    monkeypatch.setattr(search, "__file__", jobs.__file__)  # another source in place of search.py
-    assert jobs.loop_digest() != digest

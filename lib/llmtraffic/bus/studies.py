@@ -115,11 +115,11 @@ def design_case2(designer: str, llm: dict | None, dqn: dict, loop: dict, design_
     (``designer = "rules"``) or an LLM designer (any other name; ``llm`` configures it). Cached."""
     from .reward_design.experiment import DesignSetup, design_reward
     from .reward_design.loop import LoopConfig
-    from .reward_design.jobs import loop_digest, make_designer
+    from .reward_design.jobs import make_designer
 
     params = dict(designer=designer, llm=llm if designer != "rules" else None, dqn=dqn, loop=loop,
                   design_seeds=list(design_seeds), agent_seed=agent_seed, train_horizon_s=train_horizon_s,
-                  test_horizon_s=test_horizon_s, loop_source=loop_digest())
+                  test_horizon_s=test_horizon_s)
 
     def build() -> DesignedReward:
         scenario = scenarios.case2()

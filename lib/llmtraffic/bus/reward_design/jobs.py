@@ -9,6 +9,9 @@ Table 4) and the LLM rows of ``bus_case1`` (§5.2.2) run these jobs through ``st
   agent) on the same episodes → :class:`ReferenceRun`;
 * :func:`direct_run` — the LLM-direct controller (App. A.5) → :class:`DirectRun`.
 
+Every job is cached by its parameters and, through ``study.cached``, by the source of the code it
+depends on (the loop, the designers, the prompts, the training), so editing any of it reruns it.
+
 A row that cannot run here (an LLM row without an ``llm`` config) comes back as the same dataclass
 with ``unavailable`` saying why, never as a magic string in a table cell. The designer is the search
 designer (no LLM) unless an ``llm`` config is given: that alone selects the LLM designer, and the
@@ -26,14 +29,12 @@ import numpy as np
 
 from ... import study
 from ...llm import LLM, from_config
-from ...rl import dqn as dqn_module
 from ...rl.dqn import DQNConfig
-from ...study.cache import source_digest
-from .. import env, scenarios, sim, training
+from .. import scenarios
 from ..controllers import Feedback, NoHolding
 from ..evaluation import evaluate
 from ..scenarios import Scenario
-from . import designer as llm_designer, experiment, loop, prompts, search, variants
+from . import designer as llm_designer, variants
 from .direct import LLMDirect
 from .experiment import Designed, DesignSetup, design_reward, expert_code, train_and_test
 from .loop import Designer, LoopConfig, Outcome
@@ -88,16 +89,6 @@ def make_designer(llm: dict | None, scenario: Scenario, critic: bool = False, se
     return llm_designer.LLMDesigner(model, setting, critic=critic, seed=seed), model
 
 
-def loop_digest() -> str:
-    """Digest of the code that decides what a loop does (loop, designers, prompts, training glue)."""
-    return source_digest(loop, llm_designer, search, prompts, variants, experiment)
-
-
-def training_digest() -> str:
-    """Digest of the code that trains and tests one candidate (a candidate's cache key)."""
-    return source_digest(experiment, training, dqn_module, env, sim)
-
-
 @dataclass
 class DesignRun:
     """One loop (designer × variant × agent seed) and its final reward tested on evaluation episodes."""
@@ -131,7 +122,6 @@ def _setup(scenario: str, dqn: dict, seed: int, design_seeds: list[int], horizon
 
 def _candidate_trainer(params: dict):
     key = {name: params[name] for name in ("seed", "dqn", "design_seeds", "horizon_s", "train_horizon_s", "scenario")}
-    key["source"] = training_digest()
 
     def train(setup: DesignSetup, code: str) -> Designed:
         return study.cached("bus_reward_candidate", {**key, "code": code}, lambda: train_and_test(setup, code))
@@ -170,7 +160,7 @@ def design_run(*, designer: str, llm: dict | None, variant: str, seed: int, dqn:
         usage = model.usage().as_dict() if model is not None else None
         return DesignRun(designer_label(llm), variant, seed, outcome, rows, usage, time.perf_counter() - start)
 
-    return study.cached("bus_reward_design", {**params, "loop_source": loop_digest()}, build)
+    return study.cached("bus_reward_design", params, build)
 
 
 REFERENCES = ("no holding", "feedback control", "expert RL (RL-local)")
@@ -206,8 +196,7 @@ def reference_run(*, seed: int, dqn: dict, design_seeds: list[int], eval_seeds: 
                   for m, c in controllers.items()}
         return ReferenceRun(seed, rows, design)
 
-    return study.cached("bus_reward_references", {**params, "eval_seeds": list(eval_seeds),
-                                                  "source": training_digest()}, build)
+    return study.cached("bus_reward_references", {**params, "eval_seeds": list(eval_seeds)}, build)
 
 
 @dataclass
