@@ -117,6 +117,9 @@ def design_case2(designer: str, llm: dict | None, dqn: dict, loop: dict, design_
     from .reward_design.loop import LoopConfig
     from .reward_design.jobs import make_designer
 
+    if designer not in ("rules", "search") and llm is None:
+        raise ValueError(f"designer {designer!r} needs an llm config (llmtraffic.llm.from_config); "
+                         "without one the search designer runs (designer 'search')")
     params = dict(designer=designer, llm=llm if designer != "rules" else None, dqn=dqn, loop=loop,
                   design_seeds=list(design_seeds), agent_seed=agent_seed, train_horizon_s=train_horizon_s,
                   test_horizon_s=test_horizon_s)
