@@ -146,7 +146,7 @@ def test_bad_settings_raise_clear_errors():
 
 
 def test_ours_is_labelled_by_its_designer():
-    assert studies.ours_label("rules") == "rule-based designer (no LLM) + RL"
+    assert studies.ours_label("search") == studies.ours_label("rules") == "search designer (no LLM) + RL"
     assert studies.ours_label("gpt-4o") == "gpt-4o + RL"
 
 

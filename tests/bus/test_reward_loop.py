@@ -3,7 +3,6 @@
 import pytest
 
 from llmtraffic.bus.reward_design.loop import LoopConfig, Reply, Trial, run_loop
-from llmtraffic.bus.reward_design.rules import RulesDesigner, Weights, render
 
 
 class Scripted:
@@ -29,8 +28,8 @@ class Scripted:
     def modify(self, code, trial, analysis):
         return self._next("modify")
 
-    def refine(self, failed_code, failed, best_code, best):
-        self.calls.append(f"refine:{failed_code}>{best_code}")
+    def refine(self, failed_code, failed, kept_code, kept):
+        self.calls.append(f"refine:{failed_code}>{kept_code}")
         return Reply(self.codes.pop(0))
 
     def repair(self, code, reason):
@@ -56,11 +55,37 @@ def test_refiner_rejects_beyond_slack_and_asks_for_another_reward():
     out = run_loop(d, evaluate, validate, LoopConfig(iterations=4, slack=0.1), expert_code="start", progress=False)
     h = out.history()
     assert list(h["accepted"]) == [True, True, False, True, True]
-    assert "refiner: travel time 120.0 s > best 95.0 s" in h.loc[2, "reason"]
-    assert "refine:bad>good" in d.calls  # the failed reward and the best one go back to the designer
-    assert out.best_code == "better" and out.best.travel_time == 90.0
-    # accepted 'ok' (104) is worse than the best (95) but within 10 %: kept as current, not best
+    assert "refiner: travel time 120.0 s > kept 95.0 s" in h.loc[2, "reason"]
+    assert "refine:bad>good" in d.calls  # the failed reward and the kept one go back to the designer
+    assert out.final_code == "better" and out.final.travel_time == 90.0
+    # accepted 'ok' (104) is worse than its predecessor (95) but within 10 %
     assert h.loc[3, "accepted"] and h.loc[3, "travel_time_s"] <= 95.0 * 1.1
+
+
+def test_the_loop_reports_the_last_accepted_reward_not_the_best():
+    d = Scripted(["better", "ok"])
+    out = run_loop(d, evaluate, validate, LoopConfig(iterations=2, slack=0.2), expert_code="start", progress=False)
+    # 104 <= 90 × 1.2: accepted, and the loop's answer although 'better' (90) tested lower
+    assert list(out.history()["accepted"]) == [True, True, True]
+    assert out.final_code == "ok" and out.final.travel_time == 104.0
+
+
+def test_a_regression_beyond_the_slack_is_rejected_with_the_refiner_and_kept_without():
+    with_refiner = run_loop(Scripted(["better", "bad", "good"]), evaluate, validate, LoopConfig(iterations=2, slack=0.1),
+                            expert_code="start", progress=False)
+    assert list(with_refiner.history()["accepted"]) == [True, True, False]  # 120 > 90 × 1.1
+    assert with_refiner.final_code == "better"
+    without = run_loop(Scripted(["better", "bad"]), evaluate, validate, LoopConfig(iterations=2, slack=0.1, refiner=False),
+                       expert_code="start", progress=False)
+    assert list(without.history()["accepted"]) == [True, True, True]
+    assert without.final_code == "bad" and without.final.travel_time == 120.0  # the last one, not the best
+
+
+def test_the_refiner_compares_with_the_predecessor_not_the_best():
+    # start 100 → ok 104 (within 10 %) → 'bad' 120 > 104 × 1.1 rejected; a 'good' 95 is fine
+    d = Scripted(["ok", "good"])
+    out = run_loop(d, evaluate, validate, LoopConfig(iterations=2, slack=0.05), expert_code="start", progress=False)
+    assert list(out.history()["accepted"]) == [True, True, True]  # 104 <= 100 × 1.05, 95 <= 104 × 1.05
 
 
 def test_slack_schedule_tightens():
@@ -76,13 +101,13 @@ def test_invalid_and_crashing_rewards_are_repaired_and_the_loop_goes_on():
     assert list(h["role"]) == ["initial", "modify", "repair", "repair", "modify"]
     assert list(h["valid"]) == [True, False, False, True, True]
     assert h.loc[2, "reason"] == "training or testing failed: ZeroDivisionError: reward divided by zero"
-    assert "repair:syntax error" in d.calls and out.best_code == "better"
+    assert "repair:syntax error" in d.calls and out.final_code == "better"
 
 
 def test_nan_travel_time_counts_as_failure():
     d = Scripted(["nan", "good"])
     out = run_loop(d, evaluate, validate, LoopConfig(iterations=1, max_retries=1), expert_code="start", progress=False)
-    assert "test travel time is nan" in out.history().loc[1, "reason"] and out.best_code == "good"
+    assert "test travel time is nan" in out.history().loc[1, "reason"] and out.final_code == "good"
 
 
 def test_ablations_without_refiner_and_analyzer_and_cold_start():
@@ -100,28 +125,3 @@ def test_target_stops_early():
     d = Scripted(["better", "good", "good"])
     out = run_loop(d, evaluate, validate, LoopConfig(iterations=3, target_travel_time_s=92.0), expert_code="start", progress=False)
     assert out.history()["iteration"].max() == 1
-
-
-def test_rules_designer_edits_by_metrics_and_reverts_on_rejection():
-    d = RulesDesigner(scheduled_headway_s=300.0, hold_limit_s=20.0, sd_limit=0.25, step=2.0)
-    start = render(Weights())
-    long_hold = d.modify(start, Trial({"travel_time_s": 1, "hold_time_s": 30.0, "headway_sd_s": 10.0}), None)
-    assert d.weights(long_hold.code) == Weights(balance=1.0, improve=0.0, hold=1.0, long_hold=1.0, onboard=1.0)
-    irregular = d.modify(start, Trial({"travel_time_s": 1, "hold_time_s": 5.0, "headway_sd_s": 100.0}), None)
-    assert d.weights(irregular.code) == Weights(balance=2.0, improve=1.0, hold=0.5)
-    calm = d.modify(start, Trial({"travel_time_s": 1, "hold_time_s": 5.0, "headway_sd_s": 10.0}), None)
-    assert d.weights(calm.code).hold == 0.25
-    back = d.refine(irregular.code, Trial({"travel_time_s": 2}), start, Trial({"travel_time_s": 1}))
-    w = d.weights(back.code)
-    assert w.balance == pytest.approx(2 ** -0.5) and w.hold == 0.5  # opposite edit, half strength, from the best
-    assert "headway SD 100.0 s > 0.25 × 300 s" in d.analyze(start, Trial({"travel_time_s": 1, "hold_time_s": 0, "headway_sd_s": 100.0}))
-
-
-def test_rules_reward_code_computes_its_components():
-    w = Weights(balance=1.0, improve=2.0, hold=0.5, long_hold=1.0, onboard=3.0)
-    namespace = {}
-    exec(compile(render(w), "<rules>", "exec"), namespace)  # our own template, not generated code
-    cur, nxt = [100.0, 300.0, 0, 0, 25.0, 60.0], [150.0, 250.0, 0, 0, 25.0, 65.0]
-    # imbalance: 0.5 → 0.25; r = -25 + 2·25 - 0.5 - 1 - 3·0.5
-    assert namespace["reward"](cur, 1, nxt) == pytest.approx(-25 + 50 - 0.5 - 1.0 - 1.5)
-    assert namespace["reward"](cur, 0, nxt) == pytest.approx(25.0)

@@ -94,7 +94,7 @@ def test_modifier_refiner_and_repair_carry_their_inputs():
     assert "replace it entirely" in p["modifier"][1]["content"]
     refine = p["refiner"][1]["content"]
     assert "treat it as a failure to avoid" in refine
-    assert refine.index("## Best reward so far") < refine.index("return float(action)") < refine.index(
+    assert refine.index("## Current reward (the last accepted one)") < refine.index("return float(action)") < refine.index(
         "## Failed modification") < refine.index("return -float(action)")
     assert "## Why it was rejected\nreward returned nan for transition 0" in p["repair"][1]["content"]
 

@@ -5,7 +5,7 @@ import pytest
 
 from llmtraffic.bus import scenarios
 from llmtraffic.bus.reward_design import prompts
-from llmtraffic.bus.reward_design.designer import LLMDesigner, method
+from llmtraffic.bus.reward_design.designer import LLMDesigner
 from llmtraffic.bus.reward_design.experiment import DesignSetup, design_reward
 from llmtraffic.bus.reward_design.loop import LoopConfig
 from llmtraffic.llm import CassetteMiss, from_config
@@ -43,7 +43,7 @@ def _setup():
         scenario=scenarios.case1(),
         dqn=DQNConfig(hidden=(16,), episodes=1, updates_per_episode=5, batch_size=16,
                       learning_starts=16, eps_decay_episodes=1, obs_scale=(1776, 1776, 1, 1, 50, 90)),
-        test_seeds=[0], train_horizon_s=1800, test_horizon_s=1800,
+        design_seeds=[0], train_horizon_s=1800, test_horizon_s=1800,
     )
 
 
@@ -73,7 +73,7 @@ def test_llm_loop_records_then_replays_bit_for_bit(chat_server, openai_cfg, tmp_
     assert len(chat_server.requests) == 6  # nothing asked of the server
     assert [s.code for s in replayed.steps] == [s.code for s in recorded.steps]
     assert replayed.history().equals(recorded.history())
-    assert best.code == recorded.best_code and replay_llm.usage().total_tokens == recorded_llm.usage().total_tokens
+    assert best.code == recorded.final_code and replay_llm.usage().total_tokens == recorded_llm.usage().total_tokens
 
 
 def test_replay_miss_names_the_request(chat_server, openai_cfg, tmp_path):
@@ -86,13 +86,3 @@ def test_replay_miss_names_the_request(chat_server, openai_cfg, tmp_path):
     with pytest.raises(CassetteMiss) as err:
         replay.initial()
     assert "You are an expert in public transport" in str(err.value)
-
-
-def test_methods_map_to_loop_settings():
-    base = LoopConfig(iterations=5)
-    eureka, critic = method("eureka", base, k=4)
-    assert (eureka.candidates, eureka.analyzer, eureka.refiner, eureka.start, critic) == (4, False, False, "cold", False)
-    assert method("critic", base) == (LoopConfig(iterations=5, refiner=False, start="cold"), True)
-    assert method("one_shot", base)[0].iterations == 0
-    with pytest.raises(ValueError, match="unknown method 'magic'"):
-        method("magic", base)

@@ -25,7 +25,7 @@ from ..rl.dqn import DQNConfig, GreedyPolicy
 from . import scenarios
 from .controllers import Feedback, NoHolding
 from .evaluation import MEASURES
-from .reward_design.studies import NEEDS_LLM  # noqa: F401 (the notebooks' text for LLM-only rows)
+from .reward_design.jobs import NEEDS_LLM  # noqa: F401 (the notebooks' text for LLM-only rows)
 from .rewards import REWARDS
 from .scenarios import HOUR_S, Scenario
 from .sim import simulate
@@ -40,9 +40,9 @@ COLUMNS = {**MEASURES, "incomplete_share": "Incomplete trips (%)"}
 def ours_label(designer: str) -> str:
     """Row name of the LLM-enhanced RL method: the paper's "GPT-4 + RL" pattern with our
     designer; the offline rule-based designer says so."""
-    from .reward_design.rules import LABEL
+    from .reward_design.search import LABEL
 
-    return f"{LABEL} + RL" if designer == "rules" else f"{designer} + RL"
+    return f"{LABEL} + RL" if designer in ("rules", "search") else f"{designer} + RL"
 
 
 def make_scenario(case: str, **kwargs: Any) -> Scenario:
@@ -115,17 +115,20 @@ def design_case2(designer: str, llm: dict | None, dqn: dict, loop: dict, design_
     (``designer = "rules"``) or an LLM designer (any other name; ``llm`` configures it). Cached."""
     from .reward_design.experiment import DesignSetup, design_reward
     from .reward_design.loop import LoopConfig
-    from .reward_design.studies import loop_source_digest, make_designer
+    from .reward_design.jobs import make_designer
 
+    if designer not in ("rules", "search") and llm is None:
+        raise ValueError(f"designer {designer!r} needs an llm config (llmtraffic.llm.from_config); "
+                         "without one the search designer runs (designer 'search')")
     params = dict(designer=designer, llm=llm if designer != "rules" else None, dqn=dqn, loop=loop,
                   design_seeds=list(design_seeds), agent_seed=agent_seed, train_horizon_s=train_horizon_s,
-                  test_horizon_s=test_horizon_s, loop_source=loop_source_digest())
+                  test_horizon_s=test_horizon_s)
 
     def build() -> DesignedReward:
         scenario = scenarios.case2()
-        setup = DesignSetup(scenario, dqn_config(dqn, agent_seed), test_seeds=list(design_seeds),
+        setup = DesignSetup(scenario, dqn_config(dqn, agent_seed), design_seeds=list(design_seeds),
                             train_horizon_s=train_horizon_s, test_horizon_s=test_horizon_s)
-        chosen, _ = make_designer(designer, llm if designer != "rules" else None, scenario)
+        chosen, _ = make_designer(llm if designer not in ("rules", "search") else None, scenario, seed=agent_seed)
         outcome, best = design_reward(setup, chosen, LoopConfig(**loop), progress=False)
         return DesignedReward(best.code, best.controller.policy, outcome.history(), designer)
 

@@ -3,25 +3,16 @@
 :class:`LLMDesigner` asks an :class:`~llmtraffic.llm.LLM` through the prompts of Appendix A
 (initializer A.1, modifier A.2, analyzer A.3, refiner A.4, and a repair prompt carrying a rejected
 candidate's reason). The existing LLM-enhanced RL methods the seed compares with (§5.2.4) are the
-same designer under other loop settings, see :func:`method`:
-
-* ``paradigm`` — ours: analyzer + modifier + refiner, warm start.
-* ``eureka`` — Eureka-style: ``k`` samples per iteration, reflection on the training statistics
-  (the modifier sees the raw results, no analyzer), no refiner, cold start.
-* ``critic`` — an LLM critic reviews each reward *from its code alone* (no training or test
-  feedback) and the modifier follows its critique; no refiner. This is our reading of the
-  seed's critic variant (it names the variant without a full protocol).
-* ``one_shot`` — the initializer's reward, trained once, no iteration.
+same designer under other loop settings (``variants.py``); in the critic variant the analyzer
+reviews each reward from its code alone (``critic=True``).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ...llm import LLM
 from . import prompts
 from .extract import extract_code
-from .loop import LoopConfig, Reply, Trial
+from .loop import Reply, Trial
 
 
 class LLMDesigner:
@@ -59,24 +50,8 @@ class LLMDesigner:
         feedback = analysis or prompts.results(trial.curve, trial.metrics, trial.transitions)
         return self._code(prompts.modifier(self.setting, code, feedback))
 
-    def refine(self, failed_code: str, failed: Trial, best_code: str, best: Trial) -> Reply:
-        return self._code(prompts.refiner(self.setting, failed_code, failed.metrics, best_code, best.metrics))
+    def refine(self, failed_code: str, failed: Trial, kept_code: str, kept: Trial) -> Reply:
+        return self._code(prompts.refiner(self.setting, failed_code, failed.metrics, kept_code, kept.metrics))
 
     def repair(self, code: str, reason: str) -> Reply:
         return self._code(prompts.repair(self.setting, code, reason))
-
-
-METHODS = ("paradigm", "eureka", "critic", "one_shot")
-
-
-def method(name: str, base: LoopConfig, k: int = 3) -> tuple[LoopConfig, bool]:
-    """Loop settings of a §5.2.4 method and whether its designer is a critic (see module doc)."""
-    if name == "paradigm":
-        return base, False
-    if name == "eureka":
-        return replace(base, candidates=k, analyzer=False, refiner=False, start="cold"), False
-    if name == "critic":
-        return replace(base, refiner=False, start="cold"), True
-    if name == "one_shot":
-        return replace(base, iterations=0, start="cold"), False
-    raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")

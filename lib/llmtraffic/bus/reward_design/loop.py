@@ -2,11 +2,15 @@
 
 initialise (cold start from the initializer, or warm start from an expert reward)
 → train agents → test on held-out seeds → analyse → modify → train … with the **refiner**
-rejecting a reward whose test travel time is worse than the best so far × (1 + slack) and asking
-the designer for a different one. Stop at the iteration limit, at convergence or at the target.
+rejecting a reward whose test travel time is worse than its predecessor's (the last accepted
+reward) × (1 + slack) — App. A.4 treats "a modification that performed worse than its
+predecessor" as a failure — and asking the designer for a different one. Stop at the iteration
+limit, at convergence or at the target. The loop's answer is the **last accepted** reward (§4.4:
+refinement continues until the test results meet the criterion); without the refiner every valid
+candidate is accepted, so the answer is the last one (the ablation of §5.2.5), not the best so far.
 
 The loop is independent of who designs: a :class:`Designer` answers with reward code (an LLM
-through the prompts of Appendix A, or the rule-based designer in ``rules.py``), and of how a reward
+through the prompts of Appendix A, or the search designer in ``search.py``), and of how a reward
 is trained and tested: ``evaluate(code, iteration) -> Trial`` is given by the caller. Generated code
 is data until :func:`validate` accepts it; a candidate that fails validation, or whose training
 fails (an exception, a hang killed by the sandbox), is recorded and the loop goes on.
@@ -34,6 +38,8 @@ class Trial:
     """Training return per episode."""
     transitions: list[dict] = field(default_factory=list)
     """The last test transitions (state, action, reward, next state) for the analyzer."""
+    stop_sd: list[float] = field(default_factory=list)
+    """Headway SD per control stop (s), mean over the test episodes, for the analyzer."""
 
     @property
     def travel_time(self) -> float:
@@ -60,7 +66,8 @@ class Designer(Protocol):
 
     def modify(self, code: str, trial: Trial, analysis: str | None) -> Reply: ...
 
-    def refine(self, failed_code: str, failed: Trial, best_code: str, best: Trial) -> Reply: ...
+    def refine(self, failed_code: str, failed: Trial, kept_code: str, kept: Trial) -> Reply:
+        """A different edit of the kept (last accepted) reward than the failed one (A.4)."""
 
     def repair(self, code: str, reason: str) -> Reply: ...
 
@@ -83,11 +90,12 @@ class LoopConfig:
     analyzer: bool = True
     """False: the modifier sees raw test metrics without the analyzer's diagnosis (ablation)."""
     refiner: bool = True
-    """False: every valid reward is accepted, whatever its test result (ablation)."""
+    """False: every valid reward is accepted, whatever its test result, and the last one is the
+    loop's answer (ablation)."""
     target_travel_time_s: float | None = None
     """Stop once an accepted reward's test travel time is at or below this."""
     converge_rel: float = 0.0
-    """Stop when the best travel time improved by less than this fraction over ``converge_patience`` iterations (0: never)."""
+    """Stop when the best accepted travel time improved by less than this fraction over ``converge_patience`` iterations (0: never)."""
     converge_patience: int = 3
 
     def slack_at(self, iteration: int) -> float:
@@ -122,8 +130,9 @@ class Step:
 @dataclass
 class Outcome:
     steps: list[Step]
-    best_code: str
-    best: Trial
+    final_code: str
+    """The last accepted reward: the loop's answer."""
+    final: Trial
 
     def history(self) -> pd.DataFrame:
         """One row per candidate: iteration, role, check, accepted, test metrics."""
@@ -144,7 +153,7 @@ def run_loop(
     expert_code: str | None = None,
     progress: bool = True,
 ) -> Outcome:
-    """Run the paradigm of §4 and return every step, the best reward and its results.
+    """Run the paradigm of §4 and return every step, the last accepted reward and its results.
 
     ``validate(code) -> (ok, reason)`` checks code before any training; ``evaluate(code, i)``
     trains agents on the reward and tests them (the caller runs generated code sandboxed).
@@ -190,13 +199,12 @@ def run_loop(
     if current is None:
         raise RuntimeError(f"no valid starting reward after {cfg.max_retries} repairs: {steps[-1].reason}")
     current.accepted = True
-    best = current
-    best_by_iteration = [best.trial.travel_time]
+    best_by_iteration = [current.trial.travel_time]
     rejected: Step | None = None
     bar = tqdm(range(1, cfg.iterations + 1), desc=f"reward design ({designer.name})", disable=not progress)
     for i in bar:
         if rejected is not None:
-            make = lambda r=rejected: designer.refine(r.code, r.trial, best.code, best.trial)  # noqa: E731
+            make = lambda r=rejected, c=current: designer.refine(r.code, r.trial, c.code, c.trial)  # noqa: E731
             role = "refine"
         else:
             analysis = designer.analyze(current.code, current.trial) if cfg.analyzer else None
@@ -206,42 +214,24 @@ def run_loop(
         step = candidates(make, i, role)
         rejected = None
         if step is not None:
-            threshold = best.trial.travel_time * (1 + cfg.slack_at(i))
+            threshold = current.trial.travel_time * (1 + cfg.slack_at(i))
             if cfg.refiner and step.trial.travel_time > threshold:
-                step.reason = f"refiner: travel time {step.trial.travel_time:.1f} s > best {best.trial.travel_time:.1f} s × (1 + {cfg.slack_at(i):g})"
+                step.reason = (f"refiner: travel time {step.trial.travel_time:.1f} s > kept "
+                               f"{current.trial.travel_time:.1f} s × (1 + {cfg.slack_at(i):g})")
                 rejected = step
             else:
                 step.accepted = True
                 current = step
-                if step.trial.travel_time < best.trial.travel_time:
-                    best = step
-        best_by_iteration.append(best.trial.travel_time)
-        bar.set_postfix(best_tt=f"{best.trial.travel_time:.1f}")
-        if cfg.target_travel_time_s is not None and best.trial.travel_time <= cfg.target_travel_time_s:
+        best_by_iteration.append(min(best_by_iteration[-1], current.trial.travel_time))
+        bar.set_postfix(kept_tt=f"{current.trial.travel_time:.1f}")
+        if cfg.target_travel_time_s is not None and current.trial.travel_time <= cfg.target_travel_time_s:
             break
         if cfg.converge_rel > 0 and len(best_by_iteration) > cfg.converge_patience:
             old = best_by_iteration[-1 - cfg.converge_patience]
             if (old - best_by_iteration[-1]) / old < cfg.converge_rel:
                 break
     bar.close()
-    return Outcome(steps, best.code, best.trial)
-
-
-def plot_history(outcome: Outcome, ax=None, label: str | None = None):
-    """Test travel time per iteration: accepted candidates as dots, rejected ones as crosses."""
-    import matplotlib.pyplot as plt
-
-    ax = ax or plt.gca()
-    df = outcome.history()
-    df = df[df["valid"] & df["travel_time_s"].notna()] if "travel_time_s" in df else df.iloc[0:0]
-    acc, rej = df[df["accepted"]], df[~df["accepted"]]
-    line = ax.plot(acc["iteration"], acc["travel_time_s"], "o-", label=label or "accepted")[0]
-    ax.plot(rej["iteration"], rej["travel_time_s"], "x", color=line.get_color(), markersize=8,
-            label=f"{label} rejected" if label else "rejected by the refiner")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("test average travel time (s)")
-    ax.grid(alpha=0.3)
-    return ax
+    return Outcome(steps, current.code, current.trial)
 
 
 def summary(outcome: Outcome) -> dict[str, Any]:
@@ -250,5 +240,5 @@ def summary(outcome: Outcome) -> dict[str, Any]:
         "candidates": len(df),
         "invalid": int((~df["valid"]).sum()),
         "rejected_by_refiner": int((df["valid"] & ~df["accepted"]).sum()),
-        "best_travel_time_s": outcome.best.travel_time,
+        "final_travel_time_s": outcome.final.travel_time,
     }

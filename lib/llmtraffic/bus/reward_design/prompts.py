@@ -265,21 +265,21 @@ def modifier(s: Setting, code: str, feedback: str) -> list[dict]:
     return _messages(DESIGNER, user)
 
 
-def refiner(s: Setting, failed_code: str, failed_metrics: Mapping[str, float], best_code: str,
-            best_metrics: Mapping[str, float], analysis: str = "") -> list[dict]:
-    """Reward refiner (App. A.4): the last modification did worse than the best reward so far;
-    ask for a different improvement of the best one."""
+def refiner(s: Setting, failed_code: str, failed_metrics: Mapping[str, float], kept_code: str,
+            kept_metrics: Mapping[str, float], analysis: str = "") -> list[dict]:
+    """Reward refiner (App. A.4): the last modification did worse than its predecessor (the last
+    accepted reward) beyond the slack; ask for a different improvement of the predecessor."""
     parts = [
         _header(s),
-        f"## Best reward so far\n```python\n{best_code.strip()}\n```\nIts test metrics:\n"
-        + format_metrics(best_metrics),
-        f"## Failed modification\nThis modification performed worse than the best reward and was "
+        f"## Current reward (the last accepted one)\n```python\n{kept_code.strip()}\n```\nIts test metrics:\n"
+        + format_metrics(kept_metrics),
+        f"## Failed modification\nThis modification performed worse than its predecessor and was "
         f"rejected; treat it as a failure to avoid.\n```python\n{failed_code.strip()}\n```\n"
         f"Its test metrics:\n{format_metrics(failed_metrics)}",
     ]
     if analysis.strip():
-        parts.append(f"## Earlier analysis of the best reward\n{analysis.strip()}")
-    parts.append(code_rules(s, "Improve the best reward function in a different way than the failed "
+        parts.append(f"## Earlier analysis of the current reward\n{analysis.strip()}")
+    parts.append(code_rules(s, "Improve the current reward function in a different way than the failed "
                                "modification: modify it or replace it."))
     return _messages(DESIGNER, "\n\n".join(parts))
 

@@ -1,0 +1,240 @@
+"""Cached experiment jobs of the reward-design notebooks (bus seed §5.2.2–5.2.5).
+
+``bus_llm_sensitivity`` (§5.2.3), ``bus_llm_methods`` (§5.2.4, Table 3), ``bus_ablation`` (§5.2.5,
+Table 4) and the LLM rows of ``bus_case1`` (§5.2.2) run these jobs through ``study.run_grid``:
+
+* :func:`design_run` — one loop (designer × variant × agent seed) and its final reward's agent on
+  the evaluation episodes → :class:`DesignRun`;
+* :func:`reference_run` — no holding, feedback control and the expert-reward DQN (the warm start's
+  agent) on the same episodes → :class:`ReferenceRun`;
+* :func:`direct_run` — the LLM-direct controller (App. A.5) → :class:`DirectRun`.
+
+Every job is cached by its parameters and, through ``study.cached``, by the source of the code it
+depends on (the loop, the designers, the prompts, the training), so editing any of it reruns it.
+
+A row that cannot run here (an LLM row without an ``llm`` config) comes back as the same dataclass
+with ``unavailable`` saying why, never as a magic string in a table cell. The designer is the search
+designer (no LLM) unless an ``llm`` config is given: that alone selects the LLM designer, and the
+row is labelled with its model name.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ... import study
+from ...llm import LLM, from_config
+from ...rl.dqn import DQNConfig
+from .. import scenarios
+from ..controllers import Feedback, NoHolding
+from ..evaluation import evaluate
+from ..scenarios import Scenario
+from . import designer as llm_designer, variants
+from .direct import LLMDirect
+from .experiment import Designed, DesignSetup, design_reward, expert_code, train_and_test
+from .loop import Designer, LoopConfig, Outcome
+from .prompts import Setting
+from .search import LABEL, SearchDesigner
+
+NEEDS_LLM = "not run: needs an LLM backend (set the llm parameter)"
+"""Why an LLM row is empty when no ``llm`` config is given."""
+
+OBS_SCALE = [1000.0] * 4 + [10.0, 10.0]
+"""Observation scaling of the Q-network: headways in metres ÷ 1000, passengers and seconds held
+÷ 10 (the same as the expert-reward agents of ``bus_case1``)."""
+
+SCENARIOS = {"case1": scenarios.case1, "case2": scenarios.case2}
+
+SEARCH, LLM_DESIGNER = "search", "llm"
+"""The two designer kinds a job runs: the search designer, or the LLM of the ``llm`` config."""
+
+
+def dqn_params(hidden: list[int], episodes: int, eps_decay_episodes: int, updates_per_episode: int,
+               target_network: bool, target_update_every: int) -> dict:
+    """The ``dqn`` argument of the jobs from a notebook's DQN parameters."""
+    return dict(hidden=list(hidden), episodes=episodes, eps_decay_episodes=eps_decay_episodes,
+                updates_per_episode=updates_per_episode, target_network=target_network,
+                target_update_every=target_update_every, obs_scale=OBS_SCALE)
+
+
+def designer_label(llm: dict | None) -> str:
+    """How tables and figures name a designer: the model of the ``llm`` config, or the search designer."""
+    if llm is None:
+        return LABEL
+    return str(llm.get("model") or Path(llm.get("cassette", "replay")).stem)
+
+
+def with_cassette(llm: dict | None) -> dict | None:
+    """``llm`` with a recording cassette when it names none: ``llm/<model>.jsonl`` under the runs
+    directory, so every request of a study is kept and the run can be replayed offline
+    (``cache: {path: llm/<model>.jsonl, mode: replay}``) at no cost."""
+    if llm is None or llm.get("cache") or llm.get("backend") == "replay":
+        return llm
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(llm.get("model", "llm")))
+    return {**llm, "cache": {"path": f"llm/{name}.jsonl", "mode": "record"}}
+
+
+def make_designer(llm: dict | None, scenario: Scenario, critic: bool = False, seed: int = 0) -> tuple[Designer, LLM | None]:
+    """The search designer (seeded from ``seed``), or an LLM designer built from the ``llm`` config."""
+    setting = Setting.of(scenario)
+    if llm is None:
+        headway = float(np.mean([line.headway_s for line in scenario.lines]))
+        return SearchDesigner(headway, setting.multi_line, setting.state_dim, seed=seed, critic=critic), None
+    model = from_config(llm)
+    return llm_designer.LLMDesigner(model, setting, critic=critic, seed=seed), model
+
+
+@dataclass
+class DesignRun:
+    """One loop (designer × variant × agent seed) and its final reward tested on evaluation episodes."""
+
+    designer: str
+    """Row label of the designer (:func:`designer_label`)."""
+    variant: str
+    seed: int
+    outcome: Outcome | None = None
+    """Every candidate, its check, test metrics on the design seeds and the refiner's verdict."""
+    eval_rows: list[dict] = field(default_factory=list)
+    """The final reward's agent on each evaluation episode: ``seed`` and the
+    :func:`~llmtraffic.bus.evaluation.evaluate` measures."""
+    usage: dict | None = None
+    """LLM cost of the loop (``Usage.as_dict()``); None for the search designer."""
+    wall_s: float = 0.0
+    """Wall time of the loop when it ran (not when it came from the cache)."""
+    unavailable: str = ""
+    """Why this row did not run (empty when it did)."""
+
+    @property
+    def label(self) -> str:
+        return f"{variants.NAMES[self.variant]} · {self.designer}"
+
+
+def _setup(scenario: str, dqn: dict, seed: int, design_seeds: list[int], horizon_s: float | None,
+           train_horizon_s: float | None) -> DesignSetup:
+    return DesignSetup(scenario=SCENARIOS[scenario](), dqn=DQNConfig(**{**dqn, "seed": seed}),
+                       design_seeds=list(design_seeds), train_horizon_s=train_horizon_s, test_horizon_s=horizon_s)
+
+
+def _candidate_trainer(params: dict):
+    key = {name: params[name] for name in ("seed", "dqn", "design_seeds", "horizon_s", "train_horizon_s", "scenario")}
+
+    def train(setup: DesignSetup, code: str) -> Designed:
+        return study.cached("bus_reward_candidate", {**key, "code": code}, lambda: train_and_test(setup, code))
+
+    return train
+
+
+def design_run(*, designer: str, llm: dict | None, variant: str, seed: int, dqn: dict, design_seeds: list[int],
+               eval_seeds: list[int], iterations: int, slack: float | list[float], k: int = 3, max_retries: int = 3,
+               horizon_s: float | None = None, train_horizon_s: float | None = None,
+               scenario: str = "case1") -> DesignRun:
+    """Run the loop for one designer (``search`` or ``llm``), variant and agent seed (cached).
+
+    ``dqn`` holds :class:`~llmtraffic.rl.dqn.DQNConfig` fields (the seed comes from ``seed``, which
+    also seeds the search designer); ``design_seeds`` are the episodes the loop tests each
+    candidate on (its feedback, §4.3); ``eval_seeds`` are separate episodes on which the final
+    reward's agent is reported, so the reported numbers are not the ones the loop selected on.
+    ``designer="llm"`` without ``llm`` returns a row that says it needs an LLM backend.
+    """
+    if designer not in (SEARCH, LLM_DESIGNER):
+        raise ValueError(f"designer must be {SEARCH!r} or {LLM_DESIGNER!r} (an llm config selects the model), got {designer!r}")
+    if designer == LLM_DESIGNER and llm is None:
+        return DesignRun("LLM designer", variant, seed, unavailable=NEEDS_LLM)
+    llm = with_cassette(llm) if designer == LLM_DESIGNER else None
+    params = dict(llm=llm, variant=variant, seed=seed, dqn=dqn, design_seeds=list(design_seeds),
+                  eval_seeds=list(eval_seeds), iterations=iterations, slack=slack, k=k, max_retries=max_retries,
+                  horizon_s=horizon_s, train_horizon_s=train_horizon_s, scenario=scenario)
+
+    def build() -> DesignRun:
+        start = time.perf_counter()
+        setup = _setup(scenario, dqn, seed, design_seeds, horizon_s, train_horizon_s)
+        settings, critic = variants.loop_settings(variant, LoopConfig(iterations=iterations, slack=slack, max_retries=max_retries), k)
+        agent, model = make_designer(llm, setup.scenario, critic=critic, seed=seed)
+        outcome, final = design_reward(setup, agent, settings, progress=False, train=_candidate_trainer(params))
+        rows = [{"seed": s, **evaluate(setup.scenario, final.controller, s, horizon_s)} for s in eval_seeds]
+        usage = model.usage().as_dict() if model is not None else None
+        return DesignRun(designer_label(llm), variant, seed, outcome, rows, usage, time.perf_counter() - start)
+
+    return study.cached("bus_reward_design", params, build)
+
+
+REFERENCES = ("no holding", "feedback control", "expert RL (RL-local)")
+
+
+@dataclass
+class ReferenceRun:
+    """The reference controllers of Tables 3 and 4 for one agent seed."""
+
+    seed: int
+    eval_rows: list[dict]
+    """``method`` (one of :data:`REFERENCES`), ``seed`` and the evaluation measures per episode."""
+    design_travel_time_s: dict[str, float]
+    """Mean travel time of each reference on the design seeds (the per-iteration plots' lines)."""
+
+
+def reference_run(*, seed: int, dqn: dict, design_seeds: list[int], eval_seeds: list[int],
+                  horizon_s: float | None = None, train_horizon_s: float | None = None,
+                  scenario: str = "case1", **_loop: object) -> ReferenceRun:
+    """No holding, feedback control and the DQN trained on the RL-local expert reward (the warm
+    start's agent: the same cached candidate the loops start from) on the evaluation and design
+    episodes. Accepts and ignores the loop-only arguments of :func:`design_run`."""
+    params = dict(seed=seed, dqn=dqn, design_seeds=list(design_seeds), horizon_s=horizon_s,
+                  train_horizon_s=train_horizon_s, scenario=scenario)
+
+    def build() -> ReferenceRun:
+        setup = _setup(scenario, dqn, seed, design_seeds, horizon_s, train_horizon_s)
+        expert = _candidate_trainer(params)(setup, expert_code(setup.scenario.state_dim))
+        controllers = dict(zip(REFERENCES, (NoHolding(), Feedback(), expert.controller)))
+        rows = [{"method": m, "seed": s, **evaluate(setup.scenario, c, s, horizon_s)}
+                for m, c in controllers.items() for s in eval_seeds]
+        design = {m: float(np.mean([evaluate(setup.scenario, c, s, horizon_s)["travel_time_s"] for s in design_seeds]))
+                  for m, c in controllers.items()}
+        return ReferenceRun(seed, rows, design)
+
+    return study.cached("bus_reward_references", {**params, "eval_seeds": list(eval_seeds)}, build)
+
+
+@dataclass
+class DirectRun:
+    """The LLM-direct controller (App. A.5) on evaluation episodes."""
+
+    label: str
+    rows: list[dict] = field(default_factory=list)
+    """``method``, ``seed``, the evaluation measures, ``decisions`` and ``failures`` (unreadable answers)."""
+    usage: dict | None = None
+    unavailable: str = ""
+
+
+def direct_run(*, llm: dict | None, eval_seeds: list[int], horizon_s: float | None = None,
+               scenario: str = "case1") -> DirectRun:
+    """The LLM-direct controller on ``eval_seeds`` (serially: one client), labelled with the model."""
+    if llm is None:
+        return DirectRun("LLM-direct", unavailable=NEEDS_LLM)
+    case = SCENARIOS[scenario]()
+    model = from_config(with_cassette(llm))
+    label = f"LLM-direct · {designer_label(llm)}"
+    rows = []
+    for seed in eval_seeds:
+        controller = LLMDirect(model, Setting.of(case), name=label)
+        rows.append({"method": label, "seed": seed, **evaluate(case, controller, seed, horizon_s),
+                     "decisions": controller.decisions, "failures": controller.failures})
+    return DirectRun(label, rows, model.usage().as_dict())
+
+
+def variant_grid(variants_: list[str], agent_seeds: list[int], llm: dict | None, common: dict,
+                 executor: str = "serial", jobs: int = 1, **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
+    """Every variant × agent seed with the search designer (through ``executor``), then with the LLM
+    (serially: one client, one cassette; rows that say why without ``llm``), and the references."""
+    def tasks(designer: str) -> list[dict]:
+        return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **common) for v in variants_ for s in agent_seeds]
+
+    found = study.run_grid(design_run, tasks(SEARCH), executor=executor, jobs=jobs, desc="search-designer loops")
+    found += study.run_grid(design_run, tasks(LLM_DESIGNER), desc="LLM loops")
+    refs = study.run_grid(reference_run, [dict(seed=s, **common) for s in agent_seeds], executor=executor, jobs=jobs,
+                          desc="references")
+    return found, refs

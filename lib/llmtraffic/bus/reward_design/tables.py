@@ -1,0 +1,174 @@
+"""Tables of the reward-design notebooks: means with 95 % CIs, paired differences, loop summaries, cost.
+
+Every interval comes from :mod:`llmtraffic.study.stats` (t-interval over agent seeds × evaluation
+episodes). Rows are keyed by their label (``DesignRun.label`` or a reference name); a row that did
+not run shows its ``unavailable`` reason in every cell.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...study import stats
+from ..evaluation import MEASURES
+from .jobs import DesignRun, ReferenceRun
+
+
+def group(runs: list[DesignRun]) -> dict[str, list[DesignRun]]:
+    """Runs by row label, in first-seen order."""
+    out: dict[str, list[DesignRun]] = {}
+    for r in runs:
+        out.setdefault(r.label, []).append(r)
+    return out
+
+
+def by_designer(runs: dict[str, list[DesignRun]]) -> dict[str, list[str]]:
+    """Designer → its row labels, in first-seen order."""
+    out: dict[str, list[str]] = {}
+    for label, g in runs.items():
+        out.setdefault(g[0].designer, []).append(label)
+    return out
+
+
+def eval_frame(runs: dict[str, list[DesignRun]], references: list[ReferenceRun] = ()) -> pd.DataFrame:
+    """One row per (method label, agent seed, evaluation episode) with the measures."""
+    rows = [{"method": label, "agent_seed": r.seed, **row}
+            for label, g in runs.items() for r in g if not r.unavailable for row in r.eval_rows]
+    rows += [{"agent_seed": ref.seed, **row} for ref in references for row in ref.eval_rows]
+    return pd.DataFrame(rows)
+
+
+def reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
+    """Label → why the row did not run, for rows none of whose runs ran."""
+    return {label: g[0].unavailable for label, g in runs.items() if all(r.unavailable for r in g)}
+
+
+def ci_table(frame: pd.DataFrame, labels: list[str], missing: dict[str, str] | None = None) -> pd.DataFrame:
+    """Mean ± 95 % CI half-width of each §5.1 measure per label (n = agent seeds × eval episodes)."""
+    out = {}
+    for label in labels:
+        if missing and label in missing:
+            out[label] = {name: missing[label] for name in MEASURES.values()} | {"n": ""}
+            continue
+        g = frame[frame["method"] == label]
+        out[label] = {name: stats.mean_ci(g[key]).format(1) for key, name in MEASURES.items()} | {"n": len(g)}
+    return pd.DataFrame.from_dict(out, orient="index").rename_axis("method")
+
+
+def paired(frame: pd.DataFrame, label: str, reference: str, measure: str = "travel_time_s") -> stats.Estimate:
+    """Paired relative difference (%) of ``label`` against ``reference`` on the same (agent seed, episode)."""
+    a = frame[frame["method"] == label].set_index(["agent_seed", "seed"])[measure]
+    b = frame[frame["method"] == reference].set_index(["agent_seed", "seed"])[measure]
+    both = a.index.intersection(b.index)
+    return stats.paired_difference(a[both].to_numpy(), b[both].to_numpy(), relative=True)
+
+
+def paired_table(frame: pd.DataFrame, labels: list[str], reference: str, missing: dict[str, str] | None = None,
+                 measures: tuple[str, ...] = ("travel_time_s", "wait_time_s", "headway_sd_s")) -> pd.DataFrame:
+    """Change (%) of each label against ``reference`` with its 95 % CI and verdict, per measure."""
+    out, missing = {}, missing or {}
+    for label in labels:
+        if label == reference:
+            continue
+        why = missing.get(label) or missing.get(reference)
+        if why:
+            out[label] = {f"{MEASURES[m]} change (%)": why for m in measures} | {"verdict (travel time)": ""}
+            continue
+        row = {}
+        for m in measures:
+            d = paired(frame, label, reference, m)
+            row[f"{MEASURES[m]} change (%)"] = d.format(2)
+            if m == "travel_time_s":
+                row["verdict (travel time)"] = stats.verdict(d)
+        out[label] = row
+    return pd.DataFrame.from_dict(out, orient="index").rename_axis(f"vs {reference}")
+
+
+def never_hold(frame: pd.DataFrame, labels: list[str]) -> list[str]:
+    """Labels whose agents never held on any evaluation episode (rows that equal no holding by policy, whatever the reward)."""
+    held = frame[frame["method"].isin(labels)].groupby("method")["hold_time_s"].max()
+    return [label for label in labels if label in held.index and held[label] == 0]
+
+
+def best_other(frame: pd.DataFrame, others: list[str], measure: str = "travel_time_s") -> str:
+    """The label among ``others`` with the lowest mean ``measure`` (§5.2.4: the best existing method)."""
+    means = frame[frame["method"].isin(others)].groupby("method")[measure].mean()
+    return str(means.idxmin())
+
+
+def record_claim(frame: pd.DataFrame, missing: dict[str, str], label: str, reference: str, measure: str,
+                 **claim: Any):
+    """Record a paper claim as the paired relative difference (%) of ``label`` against ``reference``
+    in ``measure``, or as not run when either row did not run (its reason becomes ``needs``)."""
+    from ... import study
+
+    why = missing.get(label) or missing.get(reference)
+    if why:
+        return study.claim(paper="bus", needs=why.removeprefix("not run: "), **claim)
+    return study.claim(paper="bus", ours=paired(frame, label, reference, measure), **claim)
+
+
+def best_so_far(run: DesignRun) -> list[float]:
+    """Best accepted test travel time after each iteration (iteration 0: the starting reward)."""
+    h = run.outcome.history()
+    accepted = h[h["accepted"]].groupby("iteration")["travel_time_s"].min()
+    best, out = float("inf"), []
+    for i in range(int(h["iteration"].max()) + 1):
+        best = min(best, float(accepted.get(i, float("inf"))))
+        out.append(best)
+    return out
+
+
+def kept_per_iteration(run: DesignRun) -> list[float]:
+    """Test travel time of the kept (last accepted) reward after each iteration: what the loop would answer if stopped there."""
+    h = run.outcome.history()
+    accepted = h[h["accepted"]].groupby("iteration")["travel_time_s"].last()
+    kept, out = float("nan"), []
+    for i in range(int(h["iteration"].max()) + 1):
+        kept = float(accepted.get(i, kept))
+        out.append(kept)
+    return out
+
+
+def accepted_iterations(run: DesignRun) -> int:
+    h = run.outcome.history()
+    return int(h.loc[h["accepted"] & (h["iteration"] > 0), "iteration"].nunique())
+
+
+def loop_summary(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
+    """Per row: candidates trained, invalid ones, valid ones not kept (rejected by the refiner, or
+    beaten by another of the ``k`` samples of their iteration), distinct rewards, final test travel
+    time on the design seeds (mean over agent seeds) and wall time."""
+    out: dict[str, dict[str, Any]] = {}
+    for label, g in runs.items():
+        ran = [r for r in g if not r.unavailable]
+        if not ran:
+            out[label] = {"candidates": g[0].unavailable}
+            continue
+        h = [r.outcome.history() for r in ran]
+        out[label] = {
+            "candidates": sum(len(x) for x in h),
+            "invalid": sum(int((~x["valid"]).sum()) for x in h),
+            "not kept": sum(int((x["valid"] & ~x["accepted"]).sum()) for x in h),
+            "distinct rewards": sum(len({s.code for s in r.outcome.steps}) for r in ran),
+            "final design travel time (s)": round(float(np.mean([r.outcome.final.travel_time for r in ran])), 1),
+            "wall time (s)": round(sum(r.wall_s for r in ran), 1),
+        }
+    return pd.DataFrame.from_dict(out, orient="index").rename_axis("experiment")
+
+
+USAGE = ("calls", "prompt_tokens", "completion_tokens", "total_tokens")
+"""What a row's LLM requests cost (recorded or replayed alike: a replay costs nothing but is the same experiment)."""
+
+
+def cost_table(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
+    """LLM requests and tokens per row, summed over its agent seeds; rows without an LLM are left out."""
+    rows = {}
+    for label, g in runs.items():
+        usages = [r.usage for r in g if r.usage is not None]
+        if usages:
+            rows[label] = {key: sum(u[key] for u in usages) for key in USAGE}
+    return pd.DataFrame.from_dict(rows, orient="index", columns=list(USAGE)).rename_axis("experiment")

@@ -1,0 +1,185 @@
+"""Experiment jobs and tables of the reward-design studies: variants, designers, cached runs, CIs."""
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from llmtraffic.bus import scenarios
+from llmtraffic.bus.evaluation import MEASURES
+from llmtraffic.bus.reward_design import jobs, tables, variants
+from llmtraffic.bus.reward_design.designer import LLMDesigner
+from llmtraffic.bus.reward_design.loop import LoopConfig, Outcome, Step, Trial
+from llmtraffic.bus.reward_design.search import LABEL, SearchDesigner
+from llmtraffic.llm import LLM, Cassette, Completion
+from llmtraffic.rl.dqn import DQNConfig
+from llmtraffic.study.cache import cache_dir
+
+DQN = dict(hidden=[16], episodes=1, updates_per_episode=5, batch_size=16, learning_starts=16,
+           eps_decay_episodes=1, obs_scale=[1000.0] * 4 + [10.0, 10.0])
+RUN = dict(dqn=DQN, design_seeds=[0], eval_seeds=[500, 501], iterations=2, slack=0.1, horizon_s=1800.0)
+
+LLM_REWARD = """Balance the headways, small holding cost.
+```python
+def reward(current_state, action, next_state):
+    f, b = next_state[0], next_state[1]
+    return -abs(f - b) / max(f + b, 1.0) - 0.01 * action
+```"""
+
+
+class FixedBackend:
+    """A stand-in chat model that always gives the same answer (10 prompt + 4 completion tokens)."""
+
+    name, model = "fake", "fixed-model"
+
+    def generate(self, messages, n, temperature, max_tokens, seed):
+        return Completion([LLM_REWARD] * n, prompt_tokens=10, completion_tokens=4 * n)
+
+
+def _changed(a: LoopConfig, b: LoopConfig) -> dict:
+    return {f.name: getattr(b, f.name) for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(b, f.name)}
+
+
+def test_each_ablation_changes_one_setting_and_methods_map_to_loop_settings():
+    base = LoopConfig(iterations=4)
+    assert variants.loop_settings("paradigm", base) == (base, False)
+    assert {v: _changed(base, variants.loop_settings(v, base)[0]) for v in variants.ABLATIONS} == {
+        "cold": {"start": "cold"}, "no_analyzer": {"analyzer": False},
+        "no_refiner": {"refiner": False}, "no_initializer": {"start": "none"}}
+    eureka, critic = variants.loop_settings("eureka", base, k=5)
+    assert (eureka.candidates, eureka.analyzer, eureka.refiner, eureka.start, critic) == (5, False, False, "cold", False)
+    assert variants.loop_settings("critic", base) == (LoopConfig(iterations=4, refiner=False, start="cold"), True)
+    assert variants.loop_settings("one_shot", base)[0].iterations == 0
+    with pytest.raises(ValueError, match="unknown variant 'no_llm'"):
+        variants.loop_settings("no_llm", base)
+
+
+def test_an_llm_config_alone_selects_the_llm_designer(tmp_path):
+    scenario = scenarios.case1()
+    search, model = jobs.make_designer(None, scenario, critic=True, seed=3)
+    assert isinstance(search, SearchDesigner) and model is None and search.critic and search.headway_s == 320.0
+    cassette = tmp_path / "c.jsonl"
+    LLM(FixedBackend(), Cassette(cassette), "record").complete([{"role": "user", "content": "hi"}])
+    critic, model = jobs.make_designer({"backend": "replay", "cassette": str(cassette), "model": "fixed-model"},
+                                       scenario, critic=True)
+    assert isinstance(critic, LLMDesigner) and critic.critic and critic.name == "fixed-model (critic)"
+    assert jobs.designer_label(None) == LABEL and jobs.designer_label({"model": "gpt-4o"}) == "gpt-4o"
+
+
+def test_an_llm_row_without_a_backend_says_why():
+    run = jobs.design_run(designer="llm", llm=None, variant="eureka", seed=0, **RUN)
+    assert run.unavailable == jobs.NEEDS_LLM and run.outcome is None and run.label == "Eureka-style · LLM designer"
+    with pytest.raises(ValueError, match="designer must be 'search' or 'llm'"):
+        jobs.design_run(designer="rules", llm=None, variant="paradigm", seed=0, **RUN)
+    grouped = {run.label: [run]}
+    assert tables.reasons(grouped) == {run.label: jobs.NEEDS_LLM}
+    assert tables.ci_table(pd.DataFrame(columns=["method"]), [run.label], tables.reasons(grouped)).iloc[0, 0] == jobs.NEEDS_LLM
+
+
+def _count(kind: str) -> int:
+    folder = cache_dir(kind, {}).parent
+    return len(list(folder.iterdir())) if folder.exists() else 0
+
+
+def _measures(run: jobs.DesignRun) -> list[dict]:
+    return [{k: row[k] for k in ("seed", *MEASURES)} for row in run.eval_rows]
+
+
+@pytest.mark.slow
+def test_search_runs_are_cached_and_ablations_propose_other_rewards():
+    before = _count("bus_reward_candidate")
+    run = jobs.design_run(designer="search", llm=None, variant="paradigm", seed=3, **RUN)
+    h = run.outcome.history()
+    assert len(h) == 3 and h["valid"].all() and run.usage is None and run.label == f"paradigm (ours) · {LABEL}"
+    assert [r["seed"] for r in run.eval_rows] == [500, 501] and set(MEASURES) <= set(run.eval_rows[0])
+    assert _count("bus_reward_candidate") - before <= len({s.code for s in run.outcome.steps})
+
+    again = jobs.design_run(designer="search", llm=None, variant="paradigm", seed=3, **RUN)
+    assert again.wall_s == run.wall_s and _measures(again) == _measures(run)  # from the cache
+
+    blind = jobs.design_run(designer="search", llm=None, variant="no_analyzer", seed=3, **RUN)
+    assert blind.outcome.steps[0].code == run.outcome.steps[0].code  # the same warm start
+    assert [s.code for s in blind.outcome.steps[1:]] != [s.code for s in run.outcome.steps[1:]]
+    cold = jobs.design_run(designer="search", llm=None, variant="cold", seed=3, **RUN)
+    assert cold.outcome.steps[0].code != run.outcome.steps[0].code
+
+    ref = jobs.reference_run(seed=3, **RUN)
+    assert set(ref.design_travel_time_s) == set(jobs.REFERENCES)
+    # the expert RL reference is the warm start's agent: same travel time on the design seed
+    assert ref.design_travel_time_s["expert RL (RL-local)"] == pytest.approx(h.loc[0, "travel_time_s"])
+    frame = tables.eval_frame({"a": [run], "b": [blind]}, [ref])
+    assert len(frame) == 4 + 3 * 2 and set(frame["method"]) == {"a", "b", *jobs.REFERENCES}
+    summary = tables.loop_summary({"a": [run]})
+    assert summary.at["a", "candidates"] == 3
+    assert summary.at["a", "final design travel time (s)"] == round(run.outcome.final.travel_time, 1)
+    assert tables.cost_table({"a": [run]}).empty
+
+
+def test_llm_run_reports_its_token_cost(monkeypatch):
+    monkeypatch.setattr(jobs, "from_config", lambda cfg: LLM(FixedBackend()))
+    run = jobs.design_run(designer="llm", llm={"backend": "fake", "model": "fixed-model"}, variant="paradigm", seed=0, **RUN)
+    # warm start from the expert reward, then 2 iterations of analyzer + modifier: 4 requests
+    assert run.usage["calls"] == 4 and run.usage["total_tokens"] == 4 * 14 and run.designer == "fixed-model"
+    assert [s.role for s in run.outcome.steps] == ["initial", "modify", "modify"]
+    one_shot = jobs.design_run(designer="llm", llm={"backend": "fake", "model": "fixed-model"}, variant="one_shot", seed=0, **RUN)
+    cost = tables.cost_table({"paradigm": [run], "one-shot": [one_shot]})
+    assert cost.to_dict("index") == {
+        "paradigm": {"calls": 4, "prompt_tokens": 40, "completion_tokens": 16, "total_tokens": 56},
+        "one-shot": {"calls": 1, "prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}}
+
+
+def test_dqn_parameters():
+    dqn = jobs.dqn_params([8, 8], 3, 2, 10, True, 10)
+    assert DQNConfig(**dqn).obs_scale == (1000.0,) * 4 + (10.0, 10.0) and dqn["target_network"]
+
+
+def _run_with(history: list[tuple[int, bool, float]]) -> jobs.DesignRun:
+    steps = [Step(i, "modify", f"code{n}", True, accepted=acc, trial=Trial({"travel_time_s": tt}))
+             for n, (i, acc, tt) in enumerate(history)]
+    return jobs.DesignRun("d", "paradigm", 0, Outcome(steps, "code", steps[0].trial))
+
+
+def test_best_and_kept_per_iteration_through_rejected_iterations():
+    run = _run_with([(0, True, 900.0), (1, False, 950.0), (2, True, 880.0), (3, True, 890.0), (4, False, 700.0)])
+    assert tables.best_so_far(run) == [900.0, 900.0, 880.0, 880.0, 880.0]
+    assert tables.kept_per_iteration(run) == [900.0, 900.0, 880.0, 890.0, 890.0]
+    assert tables.accepted_iterations(run) == 2
+
+
+def test_ci_and_paired_tables_on_constructed_rows():
+    # ours is 10 s below the reference on every (agent seed, episode): a paired CI of zero width
+    rows = [{"method": m, "agent_seed": a, "seed": s, "travel_time_s": base + s - (10.0 if m == "ours" else 0.0),
+             "wait_time_s": 50.0 + s, "headway_sd_s": 100.0, "hold_time_s": 0.0}
+            for m in ("ours", "ref") for a in (0, 1) for s in (0, 10) for base in (200.0,)]
+    frame = pd.DataFrame(rows)
+    ci = tables.ci_table(frame, ["ours", "ref"])
+    assert ci.at["ref", "n"] == 4 and ci.at["ref", MEASURES["travel_time_s"]].startswith("205.0 ± ")
+    d = tables.paired(frame, "ours", "ref")
+    assert d.mean == pytest.approx(-100 * 10 / 205) and d.low == pytest.approx(d.high)
+    table = tables.paired_table(frame, ["ref", "ours"], "ref")
+    assert list(table.index) == ["ours"] and table.at["ours", "verdict (travel time)"] == "better"
+    frame.loc[frame["method"] == "ours", "hold_time_s"] = [0.0, 0.0, 5.0, 0.0]
+    assert tables.never_hold(frame, ["ours", "ref", "absent"]) == ["ref"]
+
+
+def test_llm_direct_rows_count_decisions_failures_and_cost(monkeypatch):
+    from llmtraffic.bus.evaluation import evaluate
+
+    class Answer(FixedBackend):
+        def __init__(self, text):
+            self.text = text
+
+        def generate(self, messages, n, temperature, max_tokens, seed):
+            return Completion([self.text] * n, prompt_tokens=10, completion_tokens=4 * n)
+
+    monkeypatch.setattr(jobs, "from_config", lambda cfg: LLM(Answer("Holding decision: 1\nHolding duration: 30")))
+    run = jobs.direct_run(llm={"backend": "fake", "model": "m"}, eval_seeds=[4], horizon_s=1800.0)
+    [row] = run.rows
+    assert row["method"] == run.label == "LLM-direct · m" and row["seed"] == 4 and row["failures"] == 0
+    assert row["decisions"] > 0 and row["hold_time_s"] == pytest.approx(30.0)
+    assert run.usage["calls"] == row["decisions"] and run.usage["total_tokens"] == 14 * row["decisions"]
+    monkeypatch.setattr(jobs, "from_config", lambda cfg: LLM(Answer("I would rather not say.")))
+    [garbled] = jobs.direct_run(llm={"backend": "fake", "model": "m"}, eval_seeds=[4], horizon_s=1800.0).rows
+    assert garbled["failures"] == garbled["decisions"] > 0
+    assert garbled["travel_time_s"] == evaluate(scenarios.case1(), None, 4, 1800.0)["travel_time_s"]
+    assert jobs.direct_run(llm=None, eval_seeds=[4]).unavailable == jobs.NEEDS_LLM
