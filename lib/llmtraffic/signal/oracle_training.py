@@ -33,12 +33,24 @@ Prompter = Callable[[IntersectionState, Sequence[tuple[IntersectionState, int]]]
 """Builds the prompt text from the state and the two most recent (state, action) pairs."""
 
 
-def chat_prompter(tokenizer, decision_s: int = 10) -> Prompter:
-    """The paper's prompt (A.4 system prompt + A.5 states) through the model's chat template."""
+def has_thinking_mode(tokenizer) -> bool:
+    """Whether the chat template switches a thinking mode (Qwen3's ``enable_thinking``)."""
+    return "enable_thinking" in (tokenizer.chat_template or "")
+
+
+def chat_prompter(tokenizer, decision_s: int = 10, thinking: bool = False) -> Prompter:
+    """The paper's prompt (A.4 system prompt + A.5 states) through the model's chat template.
+
+    A template with a thinking mode gets it set explicitly (``enable_thinking=thinking``; Qwen3
+    defaults to thinking); ``thinking=True`` for a template without one raises ``ValueError``.
+    """
+    options = {"enable_thinking": thinking} if has_thinking_mode(tokenizer) else {}
+    if thinking and not options:
+        raise ValueError("thinking=True: this backbone's chat template has no thinking mode")
 
     def prompt(state: IntersectionState, history: Sequence[tuple[IntersectionState, int]]) -> str:
         return tokenizer.apply_chat_template(messages(state, history, decision_s), tokenize=False,
-                                             add_generation_prompt=True)
+                                             add_generation_prompt=True, **options)
 
     return prompt
 

@@ -71,94 +71,27 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from .. import study
 from ..study.cache import cache_dir
-from ..rl.llm_ppo import LMPolicy, PPOConfig, load_policy_model, torch_threads
+from ..rl.llm_ppo import LMPolicy, torch_threads
+from .backbones import (  # noqa: F401  (re-exported: the notebooks' one import for the LLM jobs)
+    NEEDS_GPU, SURROGATE, TORCH_THREADS, backbone_params, backbone_unavailable, load_backbone, ppo_config,
+    surrogate_artifact, table8_hurdle)
 from .evaluation import COLUMNS, evaluate
 from .oracle import RewardConfig
-from .oracle_training import LLMController, OracleConfig, Prompter, chat_prompter, select_best, train
+from .oracle_training import LLMController, OracleConfig, Prompter, select_best, train
 from .prompt import parse_phase
 from .state import IntersectionState
-from .surrogate import SurrogateConfig, compact_prompt, load_surrogate, surrogate_params, surrogate_ppo_config, train_surrogate
-
-SURROGATE = "surrogate-tiny"
-"""The CPU stand-in backbone (:mod:`.surrogate`)."""
-
-NEEDS_GPU = "needs local weights and a GPU (paper profile)"
-"""What a table cell says for a backbone that cannot run here."""
-
-PAPER_BACKBONES = {
-    "Qwen3-0.6B": "Qwen/Qwen3-0.6B",
-    "Qwen3-8B": "Qwen/Qwen3-8B",
-    "LLaMA3-8B": "meta-llama/Meta-Llama-3-8B-Instruct",
-}
-"""Table 1's backbones (§4.1.4) → Hugging Face model ids looked up in the local cache."""
-
-TABLE8 = {
-    ("Qwen3-0.6B", "hangzhou1x1"): dict(actor_lr=2.5e-5, actor_weight_decay=1e-6, clip_low=0.2, clip_high=0.5, hurdle=3.7),
-    ("Qwen3-0.6B", "cologne1"): dict(actor_lr=2.5e-5, actor_weight_decay=1e-6, clip_low=0.2, clip_high=0.2, hurdle=2.7),
-    ("Qwen3-8B", "hangzhou1x1"): dict(actor_lr=3.0e-5, actor_weight_decay=8e-7, clip_low=0.2, clip_high=0.2, hurdle=3.1),
-    ("Qwen3-8B", "cologne1"): dict(actor_lr=2.5e-5, actor_weight_decay=1e-6, clip_low=0.2, clip_high=0.2, hurdle=3.0),
-    ("LLaMA3-8B", "hangzhou1x1"): dict(actor_lr=2.5e-5, actor_weight_decay=1e-6, clip_low=0.2, clip_high=0.5, hurdle=3.0),
-    ("LLaMA3-8B", "cologne1"): dict(actor_lr=2.5e-5, actor_weight_decay=1e-6, clip_low=0.2, clip_high=0.2, hurdle=3.7),
-}
-"""A.2 Table 8: per backbone and intersection, the actor's learning rate and weight decay, the
-clip bounds ε_l, ε_u (eq. 16) and the hurdle H_R (eq. 8) (CityFlow1x1 = ``hangzhou1x1``)."""
 
 TABLE_COLUMNS = {"travel_time_s": "Travel Time", "queue": "Queue", "delay": "Delay", "throughput": "Throughput"}
 """Table 1's metrics (§4.1.2): keys of an evaluation run → the seed's column names."""
 
 TRACE_PROBES = 3
 """Probes of the first evaluation seed whose G answers are kept as reasoning traces."""
-
-TORCH_THREADS = 1
-"""Torch threads while a job runs: the surrogate's batches are too small to gain from more, and
-on a shared, loaded 2-core CPU two spinning threads made the surrogate's pre-training 20× and
-a fine-tune job ~10× slower (measured)."""
-
-
-# ----------------------------------------------------------------------------- backbones
-
-
-def _hf_path(backbone: str) -> Path | None:
-    """A local folder for ``backbone`` (a path, a Table 1 name or a model id), or None."""
-    if Path(backbone).is_dir():
-        return Path(backbone)
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(PAPER_BACKBONES.get(backbone, backbone), local_files_only=True))
-    except Exception:  # not cached, not a valid id, no hub metadata: all mean "not here"
-        return None
-
-
-def backbone_unavailable(backbone: str) -> str | None:
-    """Why ``backbone`` cannot be fine-tuned here (``NEEDS_GPU``), or None if it can."""
-    if backbone == SURROGATE:
-        return None
-    if not torch.cuda.is_available() or _hf_path(backbone) is None:
-        return NEEDS_GPU
-    return None
-
-
-def table8_hurdle(backbone: str, scenario: str, default: float) -> float:
-    """H_R of Table 8 for a paper backbone on a LibSignal intersection, else ``default``."""
-    return TABLE8.get((backbone, scenario), {}).get("hurdle", default)
-
-
-def ppo_config(backbone: str, scenario: str, **overrides: Any) -> PPOConfig:
-    """PPO settings for a backbone: the surrogate's, or Table 8's (4-bit NF4 base) for a paper one."""
-    if backbone == SURROGATE:
-        return surrogate_ppo_config(**overrides)
-    table8 = {k: v for k, v in TABLE8.get((backbone, scenario), {}).items() if k != "hurdle"}
-    return PPOConfig(**{"load_in_4bit": True, **table8, **overrides})
 
 
 PAPER_ABLATION_SCENARIO = "hangzhou1x1"
@@ -175,56 +108,6 @@ def paper_if_same(paper: dict, scenario: str, paper_scenario: str = PAPER_ABLATI
 def paper_reference(paper: dict) -> pd.DataFrame:
     """The seed's cells ``{column: {row: value}}`` as a table of their own."""
     return pd.DataFrame(paper)
-
-
-def code_digest() -> str:
-    """Digest of the code the cached OracleTSC artifacts depend on (environment, prompts, rewards,
-    surrogate, training loop, PPO, tiny LM): part of their cache keys, so a change there retrains
-    instead of reusing an artifact the current code would not produce."""
-    from ..llm import tiny
-    from ..rl import llm_ppo
-    from . import env, evaluation, metrics, oracle, oracle_training, prompt, scenarios, surrogate
-
-    return study.source_digest(env, evaluation, metrics, oracle, oracle_training, prompt, scenarios,
-                               surrogate, llm_ppo, tiny)
-
-
-def surrogate_artifact(scenario: str = "cologne1", **overrides: Any):
-    """The surrogate pre-trained on ``scenario``'s states (cached, kind ``tsc_surrogate``)."""
-    cfg = SurrogateConfig(**{"scenario": scenario, **overrides})
-
-    def build():
-        with torch_threads(TORCH_THREADS):
-            return train_surrogate(cfg)
-
-    return study.cached("tsc_surrogate", {**surrogate_params(cfg), "code": code_digest()}, build)
-
-
-def _surrogate_prompter(state: IntersectionState, history: Sequence[tuple[IntersectionState, int]]) -> str:
-    """The surrogate reads the compact state only (it has no memory of earlier decisions)."""
-    return compact_prompt(state)
-
-
-def load_backbone(backbone: str, scenario: str, ppo: dict | None = None,
-                  surrogate: dict | None = None) -> tuple[LMPolicy, Prompter]:
-    """A fresh policy (LoRA adapters initialised to a zero update) and its prompt builder.
-
-    ``surrogate`` overrides :class:`SurrogateConfig` fields (its ``scenario`` defaults to
-    ``scenario``); it is ignored for other backbones.
-    """
-    reason = backbone_unavailable(backbone)
-    if reason:
-        raise RuntimeError(f"backbone {backbone!r}: {reason}")
-    cfg = ppo_config(backbone, scenario, **(ppo or {}))
-    if backbone == SURROGATE:
-        model, tok = load_surrogate(surrogate_artifact(**{"scenario": scenario, **(surrogate or {})}))
-        return LMPolicy(model, tok, cfg), _surrogate_prompter
-    from transformers import AutoTokenizer
-
-    path = _hf_path(backbone)
-    tok = AutoTokenizer.from_pretrained(path)
-    model = load_policy_model(path, cfg.load_in_4bit, device="cuda")
-    return LMPolicy(model, tok, cfg), chat_prompter(tok)
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -285,15 +168,6 @@ def evaluate_run(policy: LMPolicy, prompter: Prompter, scenario: str, eval_seeds
     return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": agreement, "traces": traces}
 
 
-def _backbone_params(backbone: str, scenario: str, ppo: dict | None, surrogate: dict | None) -> dict:
-    """What identifies a starting policy (cache key part)."""
-    params: dict[str, Any] = {"backbone": backbone, "ppo": asdict(ppo_config(backbone, scenario, **(ppo or {}))),
-                              "code": code_digest()}
-    if backbone == SURROGATE:
-        params["surrogate"] = surrogate_params(SurrogateConfig(**{"scenario": scenario, **(surrogate or {})}))
-    return json.loads(json.dumps(params))
-
-
 def evaluate_backbone(backbone: str, scenario: str, eval_seeds: Sequence[int], episode_s: int = 3600,
                       ppo: dict | None = None, surrogate: dict | None = None, probe_every: int = 10) -> dict:
     """The backbone before fine-tuning on ``scenario`` (cached, kind ``tsc_before``).
@@ -304,7 +178,7 @@ def evaluate_backbone(backbone: str, scenario: str, eval_seeds: Sequence[int], e
     reason = backbone_unavailable(backbone)
     if reason:
         return {"scenario": scenario, "unavailable": reason}
-    params = {**_backbone_params(backbone, scenario, ppo, surrogate), "scenario": scenario,
+    params = {**backbone_params(backbone, scenario, ppo, surrogate), "scenario": scenario,
               "eval_seeds": list(eval_seeds), "episode_s": episode_s, "probe_every": probe_every}
 
     def build() -> dict:
@@ -333,7 +207,7 @@ def finetune(backbone: str, scenario: str, oracle: dict, eval_seeds: Sequence[in
     cfg = OracleConfig(**{**oracle, "scenario": scenario})
     eval_episode_s = eval_episode_s or cfg.episode_s
     eval_scenarios = list(eval_scenarios or [scenario])
-    params = {**_backbone_params(backbone, scenario, ppo, surrogate), "oracle": json.loads(json.dumps(asdict(cfg))),
+    params = {**backbone_params(backbone, scenario, ppo, surrogate), "oracle": json.loads(json.dumps(asdict(cfg))),
               "eval_seeds": list(eval_seeds), "select_seed": select_seed, "eval_scenarios": eval_scenarios,
               "eval_episode_s": eval_episode_s, "probe_every": probe_every}
     reason = backbone_unavailable(backbone)
