@@ -125,20 +125,30 @@ class _RecordingController(LLMController):
         return super().act(state)
 
 
-def answer_agreement(phases: Sequence[int | None]) -> dict[str, float]:
+def _entropy(labels: Sequence) -> float:
+    """−Σ p log p (nats) of the frequencies of the distinct labels."""
+    _, counts = np.unique(np.array(labels, dtype=object).astype(str), return_counts=True)
+    p = counts / counts.sum()
+    return float(-(p * np.log(p)).sum()) + 0.0
+
+
+def answer_agreement(phases: Sequence[int | None], texts: Sequence[str] | None = None) -> dict[str, float]:
     """Cross-answer agreement of G extracted phases (None = no valid phase, its own class).
 
     ``modal_share``: share of answers naming the most common class; ``distinct``: number of
     classes; ``entropy``: discrete semantic entropy −Σ p log p (nats) of the class frequencies;
-    ``invalid``: share of answers without a valid phase.
+    ``invalid``: share of answers without a valid phase; with ``texts``, ``text_entropy``: the
+    same over identical answer texts (token-level clusters; ≥ the semantic entropy).
     """
     if not phases:
         raise ValueError("answer_agreement: no answers")
-    _, counts = np.unique(np.array([-1 if p is None else p for p in phases]), return_counts=True)
-    p = counts / counts.sum()
-    return {"modal_share": float(p.max()), "distinct": int(len(counts)),
-            "entropy": float(-(p * np.log(p)).sum()) + 0.0,
-            "invalid": float(sum(x is None for x in phases) / len(phases))}
+    classes = [-1 if p is None else p for p in phases]
+    _, counts = np.unique(np.array(classes), return_counts=True)
+    out = {"modal_share": float(counts.max() / counts.sum()), "distinct": int(len(counts)),
+           "entropy": _entropy(classes), "invalid": float(sum(x is None for x in phases) / len(phases))}
+    if texts is not None:
+        out["text_entropy"] = _entropy(texts)
+    return out
 
 
 def evaluate_run(policy: LMPolicy, prompter: Prompter, scenario: str, eval_seeds: Sequence[int],
@@ -161,7 +171,7 @@ def evaluate_run(policy: LMPolicy, prompter: Prompter, scenario: str, eval_seeds
             prompt, state = controller.traces[decision][0], states[decision]
             texts, _ = policy.sample(prompt, rng=rng, record=False)
             phases = [parse_phase(t, state.phases) for t in texts]
-            agreement.append({"seed": seed, "decision": decision, **answer_agreement(phases)})
+            agreement.append({"seed": seed, "decision": decision, **answer_agreement(phases, texts)})
             if seed == eval_seeds[0] and len(traces) < TRACE_PROBES:
                 traces.append({"decision": decision, "prompt": prompt, "answers": texts,
                                "phases": [None if p is None else state.phases[p].mnemonic for p in phases]})
@@ -321,13 +331,16 @@ def results_table(rows: dict[str, tuple[dict, dict | None]]) -> pd.DataFrame:
 
 def agreement_table(evaluations: dict[str, dict]) -> pd.DataFrame:
     """Cross-answer agreement (Q3) per named evaluation: probes, mean share of the modal phase,
-    mean distinct phases, mean semantic entropy (nats), share of answers without a phase."""
+    mean distinct phases, mean semantic entropy (nats), share of answers without a phase, and
+    where recorded the entropy of identical texts (what clustering by text would give)."""
     out = {}
     for name, evaluation in evaluations.items():
         probes = pd.DataFrame(evaluation["agreement"])
         out[name] = {"probes": len(probes), "modal share": probes["modal_share"].mean(),
                      "distinct phases": probes["distinct"].mean(), "entropy (nats)": probes["entropy"].mean(),
                      "answers without a phase": probes["invalid"].mean()}
+        if "text_entropy" in probes:
+            out[name]["text entropy (nats)"] = probes["text_entropy"].mean()
     return pd.DataFrame.from_dict(out, orient="index").rename_axis("Policy").round(3)
 
 
