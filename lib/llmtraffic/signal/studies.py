@@ -358,16 +358,20 @@ def traces_table(evaluations: dict[str, dict], prompt_chars: int = 400) -> pd.Da
     return pd.DataFrame(rows).set_index(["policy", "decision"])
 
 
-def pool(evaluations: Sequence[dict]) -> dict:
+def pool(evaluations: Sequence[dict], agent_seeds: Sequence[int] | None = None) -> dict:
     """One evaluation from several (e.g. one per training seed): runs, probes and traces pooled;
-    ``{"unavailable": reason}`` if any of them is."""
+    ``{"unavailable": reason}`` if any of them is. ``agent_seeds`` (one per evaluation) tags each
+    run with the training seed it came from, so paired differences match runs of equal seeds."""
     for evaluation in evaluations:
         if "unavailable" in evaluation:
             return {"unavailable": evaluation["unavailable"]}
     if not evaluations:
         raise ValueError("pool: no evaluations")
+    if agent_seeds is not None and len(agent_seeds) != len(evaluations):
+        raise ValueError(f"pool: {len(agent_seeds)} agent seeds for {len(evaluations)} evaluations")
+    tags = agent_seeds if agent_seeds is not None else [None] * len(evaluations)
     first = evaluations[0]
     return {"scenario": first["scenario"], "episode_s": first["episode_s"],
-            "runs": [r for e in evaluations for r in e["runs"]],
+            "runs": [r if a is None else {**r, "agent_seed": a} for e, a in zip(evaluations, tags) for r in e["runs"]],
             "agreement": [a for e in evaluations for a in e["agreement"]],
             "traces": [t for e in evaluations for t in e["traces"]]}
