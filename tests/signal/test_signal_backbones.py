@@ -8,7 +8,8 @@ import torch
 from transformers import GenerationConfig
 
 from llmtraffic.llm.tiny import CHATML_TEMPLATE, TinySpec, tiny_model, tiny_tokenizer
-from llmtraffic.signal.backbones import THINKING_MIN_NEW_TOKENS, backbone_unavailable, load_backbone, ppo_config
+from llmtraffic.signal.backbones import (THINKING_MIN_NEW_TOKENS, backbone_unavailable, episode_messages, load_backbone,
+                                       ppo_config, prompt_tokens)
 from llmtraffic.signal.oracle_training import chat_prompter
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 
@@ -85,3 +86,17 @@ def test_thinking_mode_is_set_explicitly(tmp_path):
     with pytest.raises(ValueError, match="no thinking mode"):
         chat_prompter(plain, thinking=True)
     assert "<think>" not in chat_prompter(plain)(STATE, [])
+
+
+def test_benchmark_prompts_carry_two_past_states_and_are_counted_with_the_tokenizer():
+    chats = episode_messages("synthetic", decisions=4)
+    users = [c[1]["content"] for c in chats]
+    assert len(chats) == 4 and "decision(s) ago" not in users[0]
+    assert users[3].index("## State 2 decision(s) ago") < users[3].index("## State 1 decision(s) ago") \
+        < users[3].index("## Current state")
+    assert "## State 3" not in users[3]  # only the two most recent (§3.1)
+    tok = tiny_tokenizer(CORPUS)
+    n, how = prompt_tokens(chats[3], tok)
+    assert how == "tokenizer" and n == len(tok.apply_chat_template(chats[3], add_generation_prompt=True, return_dict=False))
+    assert prompt_tokens([{"role": "user", "content": "abcdefg"}]) == (2, "assumed 3.5 characters per token")
+    assert prompt_tokens([{"role": "user", "content": "abcdefgh"}])[0] == 3  # rounded up

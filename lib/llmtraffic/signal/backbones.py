@@ -14,6 +14,7 @@ Qwen3's thinking mode is off unless ``PPOConfig.thinking`` asks for it (with at 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -176,3 +177,44 @@ def backbone_params(backbone: str, scenario: str, ppo: dict | None, surrogate: d
         params["surrogate"] = surrogate_params(SurrogateConfig(**{"scenario": scenario, **(surrogate or {})}))
     return json.loads(json.dumps(params))
 
+
+
+# ----------------------------------------------------------------------------- prompt lengths
+
+CHARS_PER_TOKEN = 3.5
+"""Assumed characters per token where no backbone tokenizer is at hand (typical of English BPE
+vocabularies of 128k–152k entries on text with small numbers; not measured here)."""
+
+
+def episode_messages(scenario: str, decisions: int = 12, seed: int = 0) -> list[list[dict]]:
+    """The paper's chat messages (A.4 system prompt, A.5 states with the two most recent
+    state–action pairs, §3.1) at each of the first ``decisions`` decisions of an episode of
+    ``scenario`` played by the max-queue heuristic."""
+    from .controls import MaxQueueController
+    from .env import SignalConfig, SignalEnv
+    from .prompt import messages
+
+    if decisions < 1:
+        raise ValueError(f"decisions must be >= 1, got {decisions}")
+    out, history, controller = [], [], MaxQueueController()
+    with SignalEnv(scenario, SignalConfig(episode_s=10 * decisions), seed=seed) as env:
+        _, info = env.reset(seed=seed)
+        for _ in range(decisions):
+            state = info["state"]
+            out.append(messages(state, history[-2:]))
+            action = controller.act(state)
+            history.append((state, action))
+            _, _, term, trunc, info = env.step(action)
+            if term or trunc:
+                break
+    return out
+
+
+def prompt_tokens(chat: list[dict], tokenizer=None) -> tuple[int, str]:
+    """Length of one prompt in tokens and how it was counted: with ``tokenizer``'s chat template
+    (generation prompt included), else from the characters at :data:`CHARS_PER_TOKEN`."""
+    if tokenizer is not None:
+        ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False)
+        return len(ids), "tokenizer"
+    chars = sum(len(m["content"]) for m in chat)
+    return math.ceil(chars / CHARS_PER_TOKEN), f"assumed {CHARS_PER_TOKEN:g} characters per token"
