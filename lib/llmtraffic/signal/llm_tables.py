@@ -136,16 +136,16 @@ def why_not(evaluation: dict, reference: dict) -> str:
 
 
 def shaping_claim(id: str, where: str, statement: str, shaped: dict, plain: dict, controls: dict[str, dict],
-                  link: str, paper_value: float | None = None, key: str = "queue") -> None:
+                  link: str, paper_value: float | None = None, key: str = "queue"):
     """Record that a reward shaping beats the plain reward (the paper's claim, judged on the
     paired difference shaped − plain of ``key`` in %), with a note on each control it does or
-    does not beat; and, as ``<id>-vs-<control>``, a claim per fine-tuned control row."""
+    does not beat. Returns the recorded :class:`~llmtraffic.study.claims.Claim`."""
     ours = comparison(shaped, plain, key)
     notes = []
     for name, control in controls.items():
         d = comparison(shaped, control, key)
         notes.append(f"vs {name}: " + ("not judged" if d is None else f"{d.format(1)} ({verdict(d, LOWER_IS_BETTER[key])})"))
-    claim(id, "tsc", where, statement, quantity=f"{METRICS[key].lower()}, shaped − plain reward (%)", link=link,
+    return claim(id, "tsc", where, statement, quantity=f"{METRICS[key].lower()}, shaped − plain reward (%)", link=link,
           ours=ours, paper_value=paper_value, direction=-1 if LOWER_IS_BETTER[key] else 1,
           needs="" if ours is not None else why_not(shaped, plain), note="; ".join(notes))
 
