@@ -5,7 +5,8 @@ import math
 import pytest
 from scipy import stats
 
-from llmtraffic.signal.controls import MaxQueueController, greedy, heuristic_evaluation, random_reward_oracle
+from llmtraffic.signal.controls import (MaxQueueController, classic_evaluation, greedy, heuristic_evaluation,
+                                       random_reward_oracle)
 from llmtraffic.signal.llm_tables import ci_table, comparison, difference_cell, paired
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 from llmtraffic.signal.studies import pool
@@ -60,3 +61,5 @@ def test_control_rows():
     evaluation = heuristic_evaluation("synthetic", [3], episode_s=120)
     [run] = evaluation["runs"]
     assert run["invalid_rate"] == 0 and len(run["queue_series"]) == 12 and len(run["r_env"]) == 11
+    with pytest.raises(ValueError, match="not one of"):
+        classic_evaluation("Webster", "synthetic", [3])

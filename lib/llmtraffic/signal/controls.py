@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import study
-from .evaluation import COLUMNS, evaluate
+from .evaluation import CLASSIC, COLUMNS, evaluate
 from .state import IntersectionState
 from .surrogate import max_queue_phase
 
@@ -43,25 +43,38 @@ class MaxQueueController:
         return "MaxQueueController()"
 
 
-def heuristic_evaluation(scenario: str, eval_seeds: Sequence[int], episode_s: int = 3600) -> dict:
-    """The max-queue heuristic on ``eval_seeds`` as an evaluation (the shape of
-    :func:`llmtraffic.signal.studies.evaluate_run`; no answers, so no agreement or traces).
-    Cached (kind ``tsc_heuristic``)."""
+def controller_evaluation(controller, scenario: str, eval_seeds: Sequence[int], episode_s: int = 3600) -> dict:
+    """A controller without answers on ``eval_seeds`` as an evaluation (the shape of
+    :func:`llmtraffic.signal.studies.evaluate_run`; no agreement or traces)."""
+    runs = []
+    for seed in eval_seeds:
+        result = evaluate(scenario, controller, seed=seed, episode_s=episode_s)
+        queues = result["queue_series"]
+        runs.append({"seed": seed, **{k: result[k] for k in (*COLUMNS, "deadlock", "deadlock_time_s")},
+                     "invalid_rate": 0.0, "queue_series": list(queues),
+                     "r_env": [float(a - b) for a, b in zip(queues, queues[1:])]})
+    return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": [], "traces": []}
+
+
+def _cached(kind: str, name: str, make, scenario: str, eval_seeds: Sequence[int], episode_s: int) -> dict:
     from .backbones import code_digest
 
-    params = {"scenario": scenario, "eval_seeds": list(eval_seeds), "episode_s": episode_s, "code": code_digest()}
+    params = {"controller": name, "scenario": scenario, "eval_seeds": list(eval_seeds), "episode_s": episode_s,
+              "code": code_digest()}
+    return study.cached(kind, params, lambda: controller_evaluation(make(), scenario, eval_seeds, episode_s))
 
-    def build() -> dict:
-        runs = []
-        for seed in eval_seeds:
-            result = evaluate(scenario, MaxQueueController(), seed=seed, episode_s=episode_s)
-            queues = result["queue_series"]
-            runs.append({"seed": seed, **{k: result[k] for k in (*COLUMNS, "deadlock", "deadlock_time_s")},
-                         "invalid_rate": 0.0, "queue_series": list(queues),
-                         "r_env": [float(a - b) for a, b in zip(queues, queues[1:])]})
-        return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": [], "traces": []}
 
-    return study.cached("tsc_heuristic", params, build)
+def heuristic_evaluation(scenario: str, eval_seeds: Sequence[int], episode_s: int = 3600) -> dict:
+    """The max-queue heuristic on ``eval_seeds`` (cached, kind ``tsc_heuristic``)."""
+    return _cached("tsc_heuristic", MAX_QUEUE, MaxQueueController, scenario, eval_seeds, episode_s)
+
+
+def classic_evaluation(method: str, scenario: str, eval_seeds: Sequence[int], episode_s: int = 3600) -> dict:
+    """A classic Table 1 row (``"MaxPressure"``, ``"FixedTime (t_fixed=30)"``, …) on the same eval
+    seeds as the LLM rows (cached, kind ``tsc_classic``)."""
+    if method not in CLASSIC:
+        raise ValueError(f"classic_evaluation: {method!r} is not one of {sorted(CLASSIC)}")
+    return _cached("tsc_classic", method, CLASSIC[method], scenario, eval_seeds, episode_s)
 
 
 def random_reward_oracle(oracle: dict, std: float = RANDOM_REWARD_STD) -> dict:
