@@ -28,6 +28,8 @@ def test_paired_difference_matches_agent_and_eval_seeds_by_hand():
     assert d.half_width == pytest.approx(100 * stats.t.ppf(0.975, 3) * sd / 2 / 13)
     before = _runs([20, 30])  # untrained: matched on the eval seed alone
     assert paired(plain, before, "queue", relative=False).mean == pytest.approx((-10 - 18 - 6 - 14) / 4)
+    assert paired(before, plain, "queue", relative=False).mean == pytest.approx((10 + 18 + 6 + 14) / 4)  # 4 units
+    assert paired(before, plain, "queue").n == 4
 
 
 def test_table_cells_never_show_jammed_improvements_and_all_invalid_is_na():

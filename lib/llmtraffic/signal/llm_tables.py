@@ -41,19 +41,27 @@ def estimate(evaluation: dict, key: str) -> Estimate:
 
 def paired(evaluation: dict, reference: dict, key: str, relative: bool = True) -> Estimate:
     """Paired difference ``evaluation − reference`` of ``key`` (in % of the reference with
-    ``relative``): runs matched on (agent seed, eval seed); a reference without agent seeds
-    (the backbone before fine-tuning, the heuristic) is matched on the eval seed alone."""
-    ref = {unit_key(r): r[key] for r in reference["runs"]}
-    by_eval = {s: v for (a, s), v in ref.items() if a == -1}
-    a_vals, b_vals = [], []
-    for run in evaluation["runs"]:
-        a, s = unit_key(run)
-        match = ref.get((a, s), by_eval.get(s))
-        if match is None:
-            raise ValueError(f"paired: the reference has no run for agent seed {a}, eval seed {s}")
-        a_vals.append(run[key])
-        b_vals.append(match)
-    return paired_difference(a_vals, b_vals, relative=relative)
+    ``relative``): runs matched on (agent seed, eval seed) when both sides have agent seeds; a
+    side without (the backbone before fine-tuning, a heuristic) is matched on the eval seed alone,
+    once per run of the other side."""
+    ev, ref = evaluation["runs"], reference["runs"]
+    if _seeded(ev) == _seeded(ref):
+        units, other, key_of = ev, ref, unit_key
+    else:  # the agent-seeded side's runs are the units; the other side is looked up by eval seed
+        units, other = (ev, ref) if _seeded(ev) else (ref, ev)
+        key_of = lambda r: r["seed"]  # noqa: E731
+    by_key = {key_of(r): r[key] for r in other}
+    pairs = []
+    for run in units:
+        k = key_of(run)
+        if k not in by_key:
+            raise ValueError(f"paired: no run matches {k} (agent seed, eval seed) on the other side")
+        pairs.append((run[key], by_key[k]) if units is ev else (by_key[k], run[key]))
+    return paired_difference([a for a, _ in pairs], [b for _, b in pairs], relative=relative)
+
+
+def _seeded(runs: list[dict]) -> bool:
+    return any("agent_seed" in r for r in runs)
 
 
 def jammed(evaluation: dict) -> int:
