@@ -14,7 +14,7 @@ from llmtraffic.signal import evaluate
 from llmtraffic.signal.oracle import RewardConfig
 from llmtraffic.signal.oracle_training import (LLMController, OracleConfig, chat_prompter, decide, evaluate_policy,
                                                select_best, train)
-from llmtraffic.signal.studies import answer_agreement
+from llmtraffic.signal.llm_jobs import answer_agreement
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 from llmtraffic.signal.surrogate import SurrogateConfig, compact_prompt, load_surrogate, surrogate_ppo_config, train_surrogate
 

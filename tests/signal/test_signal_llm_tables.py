@@ -9,7 +9,7 @@ from llmtraffic.signal.controls import (MaxQueueController, classic_evaluation, 
                                        random_reward_oracle)
 from llmtraffic.signal.llm_tables import ci_table, comparison, difference_cell, paired
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
-from llmtraffic.signal.studies import pool
+from llmtraffic.signal.llm_jobs import pool
 
 
 def _runs(queues, seeds=(100, 101), jam=(), invalid=0.0):

@@ -45,7 +45,7 @@ class MaxQueueController:
 
 def controller_evaluation(controller, scenario: str, eval_seeds: Sequence[int], episode_s: int = 3600) -> dict:
     """A controller without answers on ``eval_seeds`` as an evaluation (the shape of
-    :func:`llmtraffic.signal.studies.evaluate_run`; no agreement or traces)."""
+    :func:`llmtraffic.signal.llm_jobs.evaluate_run`; no agreement or traces)."""
     runs = []
     for seed in eval_seeds:
         result = evaluate(scenario, controller, seed=seed, episode_s=episode_s)

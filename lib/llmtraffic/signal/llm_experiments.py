@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .. import study
 from .controls import GREEDY_BEFORE, MAX_QUEUE, RANDOM_REWARD, greedy, heuristic_evaluation, random_reward_oracle
-from .studies import after_of, evaluate_backbone, finetune, pool
+from .llm_jobs import after_of, evaluate_backbone, finetune, pool
 
 AGENT_SEED_STRIDE = 10
 """Agent seed s trains on SUMO seeds 10·s, 10·s + 1, … (fewer than 10 episodes per run), apart
@@ -30,7 +30,7 @@ class Row:
 
     name: str
     evaluation: dict
-    """Pooled over agent seeds × eval seeds (see :func:`llmtraffic.signal.studies.pool`), or
+    """Pooled over agent seeds × eval seeds (see :func:`llmtraffic.signal.llm_jobs.pool`), or
     ``{"unavailable": reason}``."""
     results: list[dict] = field(default_factory=list)
     """The fine-tune result of each agent seed (training curves, checkpoint selection)."""
@@ -43,7 +43,7 @@ class Row:
 
 
 def agent_job(spec: dict, agent_seed: int) -> dict:
-    """:func:`~llmtraffic.signal.studies.finetune` keyword arguments of ``spec`` for one agent seed."""
+    """:func:`~llmtraffic.signal.llm_jobs.finetune` keyword arguments of ``spec`` for one agent seed."""
     oracle = {**spec["oracle"], "train_seed": AGENT_SEED_STRIDE * agent_seed, "seed": agent_seed}
     return {**spec, "oracle": oracle, "ppo": {**(spec.get("ppo") or {}), "seed": agent_seed}}
 

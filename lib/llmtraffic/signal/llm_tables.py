@@ -1,7 +1,7 @@
 """Tables 1–2 of OracleTSC with 95 % confidence intervals, paired differences and claims.
 
-An *evaluation* is the dict of :func:`llmtraffic.signal.studies.evaluate_run` (pooled over agent
-seeds by :func:`llmtraffic.signal.studies.pool`, which tags each run with its ``agent_seed``).
+An *evaluation* is the dict of :func:`llmtraffic.signal.llm_jobs.evaluate_run` (pooled over agent
+seeds by :func:`llmtraffic.signal.llm_jobs.pool`, which tags each run with its ``agent_seed``).
 Its independent units are the runs: agent seeds × eval seeds for a fine-tune, eval seeds for a
 policy that was not trained. Every interval comes from :mod:`llmtraffic.study.stats`.
 
@@ -11,15 +11,23 @@ Two rules keep the tables honest:
   how many runs jammed instead of a verdict;
 - a row whose answers were all invalid says ``n/a``: the policy never chose, it only kept the
   current phase.
+
+Below the interval tables: plain means per evaluation (:func:`summarize`, used by the one-setting
+sweeps), Table 2's reward labels, Fig. 4's share above the hurdle, the cross-answer agreement
+(Q3) and reasoning-trace tables, and the paper's own cells as a table of their own.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..study import claim
 from ..study.stats import Estimate, mean_ci, paired_difference, verdict
+from .oracle import RewardConfig
 
 METRICS = {"travel_time_s": "Travel Time", "queue": "Queue", "delay": "Delay", "throughput": "Throughput"}
 """Table 1's metrics (§4.1.2): run keys → column names."""
@@ -157,3 +165,129 @@ def shaping_claim(id: str, where: str, statement: str, shaped: dict, plain: dict
           ours=ours, paper_value=paper_value, direction=-1 if LOWER_IS_BETTER[key] else 1,
           needs="" if ours is not None else why_not(shaped, plain), note="; ".join(notes))
 
+
+# ----------------------------------------------------------------------------- means without intervals, labels, Q3
+
+
+
+PAPER_ABLATION_SCENARIO = "hangzhou1x1"
+"""The seed runs its ablations (Tables 2, 4–7, 11–12, Figs. 8–9) on CityFlow 1x1: hangzhou1x1 here."""
+
+
+def paper_if_same(paper: dict, scenario: str, paper_scenario: str = PAPER_ABLATION_SCENARIO) -> dict | None:
+    """The seed's cells to set beside ours, or None when ours ran on another intersection: levels
+    of two intersections are not comparable, so the notebook then shows the seed's values on
+    their own (:func:`paper_reference`)."""
+    return paper if scenario == paper_scenario else None
+
+
+def paper_reference(paper: dict) -> pd.DataFrame:
+    """The seed's cells ``{column: {row: value}}`` as a table of their own."""
+    return pd.DataFrame(paper)
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def summarize(evaluation: dict) -> dict[str, float]:
+    """Means over the evaluation seeds of Table 1's metrics, the invalid-answer share, the mean
+    cross-answer agreement and entropy, and the count of deadlocked runs."""
+    runs = evaluation["runs"]
+    out = {k: float(np.mean([r[k] for r in runs])) for k in (*METRICS, "travel_time_all_s", "invalid_rate")}
+    out["deadlocks"] = int(sum(r["deadlock"] for r in runs))
+    out["runs"] = len(runs)
+    if evaluation.get("agreement"):
+        out["modal_share"] = float(np.mean([a["modal_share"] for a in evaluation["agreement"]]))
+        out["entropy"] = float(np.mean([a["entropy"] for a in evaluation["agreement"]]))
+    return out
+
+
+def _fmt(key: str, value: float) -> str:
+    return f"{value:.0f}" if key == "throughput" else f"{value:.2f}"
+
+
+def change_cells(after: dict, before: dict | None = None) -> dict[str, str]:
+    """Table 1-style cells of an evaluation: ``"12.34"``, or ``"12.34 (−45%)"`` against ``before``;
+    plus ``Invalid answers`` and ``Deadlocks`` columns."""
+    ours = summarize(after)
+    ref = summarize(before) if before is not None else None
+    cells = {}
+    for key, name in METRICS.items():
+        text = _fmt(key, ours[key])
+        if ref is not None and ref[key] != 0 and math.isfinite(ref[key]):
+            text += f" ({100 * (ours[key] - ref[key]) / abs(ref[key]):+.0f}%)".replace("-", "−")
+        cells[name] = text
+    cells["Invalid answers"] = f"{100 * ours['invalid_rate']:.1f}%"
+    cells["Deadlocks"] = f"{ours['deadlocks']}/{ours['runs']}"
+    return cells
+
+
+def unavailable_cells(reason: str) -> dict[str, str]:
+    """The cells of a row that cannot be computed here."""
+    return {name: reason for name in (*METRICS.values(), "Invalid answers", "Deadlocks")}
+
+
+def reward_label(reward: dict) -> str:
+    """Table 2's name of a decision reward (eq. 14 and its ablations)."""
+    r = RewardConfig(**reward)
+    base = "R_env" if r.env == "queue_diff" else "R_q (eq. 15)"
+    if r.hurdle:
+        base += f" − H_R(={r.hurdle:g})"
+    if r.entropy == "softmax":
+        base += f" + w·R_E (softmax DSE, τ={r.tau:g})"
+    elif r.entropy == "naive":
+        base += " + w·R_E (naive DSE)"
+    if r.entropy != "none" and r.w_e != 1:
+        base = base.replace("w·", f"{r.w_e:g}·")
+    return base
+
+
+def share_above(evaluation: dict, hurdle: float) -> float:
+    """Share of decisions whose queue difference R_env (eq. 7) exceeds ``hurdle`` (Fig. 4)."""
+    values = np.concatenate([r["r_env"] for r in evaluation["runs"]])
+    return float(np.mean(values > hurdle)) if values.size else float("nan")
+
+
+def results_table(rows: dict[str, tuple[dict, dict | None]]) -> pd.DataFrame:
+    """Table 1/2 layout: row name → (evaluation, reference evaluation or None).
+
+    A row cites its change against the reference (``"12.34 (−45%)"``); an evaluation that is
+    ``{"unavailable": reason}`` fills the row with the reason.
+    """
+    cells = {}
+    for name, (evaluation, reference) in rows.items():
+        if "unavailable" in evaluation:
+            cells[name] = unavailable_cells(evaluation["unavailable"])
+        else:
+            usable = reference if reference is not None and "unavailable" not in reference else None
+            cells[name] = change_cells(evaluation, usable)
+    return pd.DataFrame.from_dict(cells, orient="index").rename_axis("Method")
+
+
+def agreement_table(evaluations: dict[str, dict]) -> pd.DataFrame:
+    """Cross-answer agreement (Q3) per named evaluation: probes, mean share of the modal phase,
+    mean distinct phases, mean semantic entropy (nats), share of answers without a phase, and
+    where recorded the entropy of identical texts (what clustering by text would give)."""
+    out = {}
+    for name, evaluation in evaluations.items():
+        probes = pd.DataFrame(evaluation["agreement"])
+        out[name] = {"probes": len(probes), "modal share": probes["modal_share"].mean(),
+                     "distinct phases": probes["distinct"].mean(), "entropy (nats)": probes["entropy"].mean(),
+                     "answers without a phase": probes["invalid"].mean()}
+        if "text_entropy" in probes:
+            out[name]["text entropy (nats)"] = probes["text_entropy"].mean()
+    return pd.DataFrame.from_dict(out, orient="index").rename_axis("Policy").round(3)
+
+
+def traces_table(evaluations: dict[str, dict], prompt_chars: int = 400) -> pd.DataFrame:
+    """The kept reasoning traces (Listings 1–2): per named evaluation and probe, the prompt
+    (its last ``prompt_chars`` characters) and the G answers with the phase each names."""
+    rows = []
+    for name, evaluation in evaluations.items():
+        for trace in evaluation["traces"]:
+            prompt = trace["prompt"]
+            rows.append({"policy": name, "decision": trace["decision"],
+                         "prompt": prompt if len(prompt) <= prompt_chars else "…" + prompt[-prompt_chars:],
+                         "answers": " ‖ ".join(repr(a) for a in trace["answers"]),
+                         "phases": ", ".join(p or "—" for p in trace["phases"])})
+    return pd.DataFrame(rows).set_index(["policy", "decision"])

@@ -1,48 +1,9 @@
-"""Glue between the OracleTSC notebooks and the training loop (OracleTSC seed §4, App. A).
+"""Cached OracleTSC jobs: a backbone before fine-tuning, and fine-tune → select → evaluate (§4.1.3, Alg. 1).
 
-The ``tsc_*`` LLM notebooks (``tsc_main``, ``tsc_reward_ablation``, ``tsc_entropy_temperature``,
-``tsc_hurdle``, ``tsc_generalization``, ``tsc_clip``, ``tsc_seeds_and_g``,
-``tsc_ppo_sensitivity``) all run one job: take a backbone, fine-tune it with PPO under one
-:class:`~.oracle_training.OracleConfig` / :class:`~llmtraffic.rl.llm_ppo.PPOConfig`, pick the
-best checkpoint on a held-out episode (§4.1.3) and evaluate it on held-out seeds; the
-backbone's own (pretrained) policy is evaluated the same way for the "before" rows.
-
-Stable API (signatures kept fixed; keyword arguments are JSON-safe so results cache):
-
-``backbone_unavailable(backbone) -> str | None``
-    Why a backbone cannot run here (``NEEDS_GPU``), or None. ``"surrogate-tiny"`` always runs;
-    any other name is a local folder or a Hugging Face model id in the local cache, and needs
-    CUDA.
-``table8_hurdle(backbone, scenario, default) -> float``
-    H_R of Table 8 for a paper backbone, else ``default`` (the surrogate's notebook value).
-``ppo_config(backbone, scenario, **overrides) -> PPOConfig``
-    The surrogate's settings (:func:`~.surrogate.surrogate_ppo_config`) or Table 8's for a
-    paper backbone (4-bit base, chat prompt, 512 new tokens).
-``surrogate_artifact(scenario="cologne1", **overrides) -> SurrogateArtifact``
-    The trained surrogate for a scenario, cached (kind ``tsc_surrogate``).
-``load_backbone(backbone, scenario, ppo=None, surrogate=None) -> (LMPolicy, Prompter)``
-    A fresh policy (zero LoRA update) and the prompt builder that suits it.
-``evaluate_backbone(backbone, scenario, eval_seeds, episode_s=3600, ppo=None, surrogate=None,
-probe_every=10) -> dict``
-    The "before fine-tuning" evaluation, cached (kind ``tsc_before``).
-``finetune(backbone, scenario, oracle, eval_seeds, select_seed=50, ppo=None, surrogate=None,
-eval_scenarios=None, eval_episode_s=None, probe_every=10) -> dict``
-    Fine-tune, select (only among two or more checkpoints), evaluate; cached (kind
-    ``tsc_finetune``) with resumable checkpoints.
-    ``oracle`` holds :class:`OracleConfig` fields (``reward`` as a dict of
-    :class:`~.oracle.RewardConfig` fields).
-``summarize(evaluation) -> dict`` / ``metric_cells(after, before=None) -> dict``
-    Mean metrics over seeds, and Table 1-style cells ``"12.3 (−45%)"``.
-``after_of(result, scenario=None) -> dict`` / ``results_table({name: (evaluation, reference)})``
-    A fine-tune's evaluation (or its reason), and Table 1/2 rows with changes vs a reference.
-``agreement_table({name: evaluation})`` / ``traces_table({name: evaluation})``
-    Q3's cross-answer agreement and the Listings 1–2 traces.
-``pool([evaluation, ...]) -> dict``
-    Several evaluations (e.g. one per training seed) as one.
-``share_above(evaluation, hurdle) -> float``
-    Share of decisions whose R_env exceeds H_R (Fig. 4).
-``reward_label(reward) -> str``
-    The Table 2 row name of a reward (``"R_env − H_R(=2.7) + w·R_E (softmax τ=0)"``).
+Every ``tsc_*`` LLM notebook runs these two jobs (through :mod:`.llm_experiments`, which names
+table rows and pools agent seeds): :func:`evaluate_backbone` (cached, kind ``tsc_before``) and
+:func:`finetune` (cached, kind ``tsc_finetune``, resumable checkpoints). Keyword arguments are
+JSON-safe so results cache; a backbone that cannot run here gives ``{"unavailable": reason}``.
 
 An *evaluation* (both ``evaluate_backbone`` and each entry of ``finetune(...)["after"]``) is::
 
@@ -53,7 +14,7 @@ An *evaluation* (both ``evaluate_backbone`` and each entry of ``finetune(...)["a
      "agreement": [{"seed", "decision", "modal_share", "distinct", "entropy", "invalid"}],
      "traces": [{"decision", "prompt", "answers": [G texts], "phases": [G mnemonics or None]}]}
 
-``agreement`` is the seed's Q3 (cross-answer agreement): every ``probe_every``-th decision of
+``agreement`` is the seed's Q3 (cross-answer agreement; with ``text_entropy``, the same over identical texts): every ``probe_every``-th decision of
 each evaluation episode, G fresh answers to the same prompt (a generator apart from the one
 that drives the episode, so the episode itself is unchanged), with the share naming the most
 common phase, the number of distinct phases, and their discrete semantic entropy in nats
@@ -68,49 +29,22 @@ checkpoint; empty when there was only one], "best_checkpoint": str, "after": {sc
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import asdict
 
 import numpy as np
-import pandas as pd
 
 from .. import study
 from ..study.cache import cache_dir
 from ..rl.llm_ppo import LMPolicy, torch_threads
-from .backbones import (  # noqa: F401  (re-exported: the notebooks' one import for the LLM jobs)
-    NEEDS_GPU, SURROGATE, TORCH_THREADS, backbone_params, backbone_unavailable, load_backbone, ppo_config,
-    surrogate_artifact, table8_hurdle)
+from .backbones import TORCH_THREADS, backbone_params, backbone_unavailable, load_backbone
 from .evaluation import COLUMNS, evaluate
-from .oracle import RewardConfig
 from .oracle_training import LLMController, OracleConfig, Prompter, select_best, train
 from .prompt import parse_phase
 from .state import IntersectionState
 
-TABLE_COLUMNS = {"travel_time_s": "Travel Time", "queue": "Queue", "delay": "Delay", "throughput": "Throughput"}
-"""Table 1's metrics (§4.1.2): keys of an evaluation run → the seed's column names."""
-
 TRACE_PROBES = 3
 """Probes of the first evaluation seed whose G answers are kept as reasoning traces."""
-
-
-PAPER_ABLATION_SCENARIO = "hangzhou1x1"
-"""The seed runs its ablations (Tables 2, 4–7, 11–12, Figs. 8–9) on CityFlow 1x1: hangzhou1x1 here."""
-
-
-def paper_if_same(paper: dict, scenario: str, paper_scenario: str = PAPER_ABLATION_SCENARIO) -> dict | None:
-    """The seed's cells to set beside ours, or None when ours ran on another intersection: levels
-    of two intersections are not comparable, so the notebook then shows the seed's values on
-    their own (:func:`paper_reference`)."""
-    return paper if scenario == paper_scenario else None
-
-
-def paper_reference(paper: dict) -> pd.DataFrame:
-    """The seed's cells ``{column: {row: value}}`` as a table of their own."""
-    return pd.DataFrame(paper)
-
-
-# ----------------------------------------------------------------------------- evaluation
 
 
 class _RecordingController(LLMController):
@@ -246,116 +180,12 @@ def finetune(backbone: str, scenario: str, oracle: dict, eval_seeds: Sequence[in
 # ----------------------------------------------------------------------------- tables
 
 
-def summarize(evaluation: dict) -> dict[str, float]:
-    """Means over the evaluation seeds of Table 1's metrics, the invalid-answer share, the mean
-    cross-answer agreement and entropy, and the count of deadlocked runs."""
-    runs = evaluation["runs"]
-    out = {k: float(np.mean([r[k] for r in runs])) for k in (*TABLE_COLUMNS, "travel_time_all_s", "invalid_rate")}
-    out["deadlocks"] = int(sum(r["deadlock"] for r in runs))
-    out["runs"] = len(runs)
-    if evaluation.get("agreement"):
-        out["modal_share"] = float(np.mean([a["modal_share"] for a in evaluation["agreement"]]))
-        out["entropy"] = float(np.mean([a["entropy"] for a in evaluation["agreement"]]))
-    return out
-
-
-def _fmt(key: str, value: float) -> str:
-    return f"{value:.0f}" if key == "throughput" else f"{value:.2f}"
-
-
-def metric_cells(after: dict, before: dict | None = None) -> dict[str, str]:
-    """Table 1-style cells of an evaluation: ``"12.34"``, or ``"12.34 (−45%)"`` against ``before``;
-    plus ``Invalid answers`` and ``Deadlocks`` columns."""
-    ours = summarize(after)
-    ref = summarize(before) if before is not None else None
-    cells = {}
-    for key, name in TABLE_COLUMNS.items():
-        text = _fmt(key, ours[key])
-        if ref is not None and ref[key] != 0 and math.isfinite(ref[key]):
-            text += f" ({100 * (ours[key] - ref[key]) / abs(ref[key]):+.0f}%)".replace("-", "−")
-        cells[name] = text
-    cells["Invalid answers"] = f"{100 * ours['invalid_rate']:.1f}%"
-    cells["Deadlocks"] = f"{ours['deadlocks']}/{ours['runs']}"
-    return cells
-
-
-def unavailable_cells(reason: str) -> dict[str, str]:
-    """The cells of a row that cannot be computed here."""
-    return {name: reason for name in (*TABLE_COLUMNS.values(), "Invalid answers", "Deadlocks")}
-
-
-def reward_label(reward: dict) -> str:
-    """Table 2's name of a decision reward (eq. 14 and its ablations)."""
-    r = RewardConfig(**reward)
-    base = "R_env" if r.env == "queue_diff" else "R_q (eq. 15)"
-    if r.hurdle:
-        base += f" − H_R(={r.hurdle:g})"
-    if r.entropy == "softmax":
-        base += f" + w·R_E (softmax DSE, τ={r.tau:g})"
-    elif r.entropy == "naive":
-        base += " + w·R_E (naive DSE)"
-    if r.entropy != "none" and r.w_e != 1:
-        base = base.replace("w·", f"{r.w_e:g}·")
-    return base
-
-
-def share_above(evaluation: dict, hurdle: float) -> float:
-    """Share of decisions whose queue difference R_env (eq. 7) exceeds ``hurdle`` (Fig. 4)."""
-    values = np.concatenate([r["r_env"] for r in evaluation["runs"]])
-    return float(np.mean(values > hurdle)) if values.size else float("nan")
-
-
 def after_of(result: dict, scenario: str | None = None) -> dict:
     """The evaluation of a :func:`finetune` result on ``scenario`` (default: its training
     scenario), or ``{"unavailable": reason}`` as the result says."""
     if "unavailable" in result:
         return {"unavailable": result["unavailable"]}
     return result["after"][scenario or result["params"]["oracle"]["scenario"]]
-
-
-def results_table(rows: dict[str, tuple[dict, dict | None]]) -> pd.DataFrame:
-    """Table 1/2 layout: row name → (evaluation, reference evaluation or None).
-
-    A row cites its change against the reference (``"12.34 (−45%)"``); an evaluation that is
-    ``{"unavailable": reason}`` fills the row with the reason.
-    """
-    cells = {}
-    for name, (evaluation, reference) in rows.items():
-        if "unavailable" in evaluation:
-            cells[name] = unavailable_cells(evaluation["unavailable"])
-        else:
-            usable = reference if reference is not None and "unavailable" not in reference else None
-            cells[name] = metric_cells(evaluation, usable)
-    return pd.DataFrame.from_dict(cells, orient="index").rename_axis("Method")
-
-
-def agreement_table(evaluations: dict[str, dict]) -> pd.DataFrame:
-    """Cross-answer agreement (Q3) per named evaluation: probes, mean share of the modal phase,
-    mean distinct phases, mean semantic entropy (nats), share of answers without a phase, and
-    where recorded the entropy of identical texts (what clustering by text would give)."""
-    out = {}
-    for name, evaluation in evaluations.items():
-        probes = pd.DataFrame(evaluation["agreement"])
-        out[name] = {"probes": len(probes), "modal share": probes["modal_share"].mean(),
-                     "distinct phases": probes["distinct"].mean(), "entropy (nats)": probes["entropy"].mean(),
-                     "answers without a phase": probes["invalid"].mean()}
-        if "text_entropy" in probes:
-            out[name]["text entropy (nats)"] = probes["text_entropy"].mean()
-    return pd.DataFrame.from_dict(out, orient="index").rename_axis("Policy").round(3)
-
-
-def traces_table(evaluations: dict[str, dict], prompt_chars: int = 400) -> pd.DataFrame:
-    """The kept reasoning traces (Listings 1–2): per named evaluation and probe, the prompt
-    (its last ``prompt_chars`` characters) and the G answers with the phase each names."""
-    rows = []
-    for name, evaluation in evaluations.items():
-        for trace in evaluation["traces"]:
-            prompt = trace["prompt"]
-            rows.append({"policy": name, "decision": trace["decision"],
-                         "prompt": prompt if len(prompt) <= prompt_chars else "…" + prompt[-prompt_chars:],
-                         "answers": " ‖ ".join(repr(a) for a in trace["answers"]),
-                         "phases": ", ".join(p or "—" for p in trace["phases"])})
-    return pd.DataFrame(rows).set_index(["policy", "decision"])
 
 
 def pool(evaluations: Sequence[dict], agent_seeds: Sequence[int] | None = None) -> dict:
