@@ -97,6 +97,8 @@ def test_finetune_job_runs_caches_and_reports(monkeypatch):
     kwargs = dict(oracle=oracle, eval_seeds=[7, 8], select_seed=5, ppo={"group_size": 2}, surrogate=TINY, probe_every=12)
     out = finetune(SURROGATE, "synthetic", **kwargs)
     assert [e["updates"] for e in out["training"]] == [2]
+    [stats] = out["training"]
+    assert len(stats["update_stats"]) == 2 and all(0 <= u["clip_frac"] <= 1 and u["kl"] >= 0 for u in stats["update_stats"])
     assert [r["checkpoint"] for r in out["selection"]] == ["ep0_t00180.pt", "ep0_t00360.pt"]
     best = min(out["selection"], key=lambda r: (r["deadlock"], r["queue"]))
     assert out["best_checkpoint"].endswith(best["checkpoint"])

@@ -156,7 +156,10 @@ def decide(policy: LMPolicy, prompter: Prompter, state: IntersectionState, histo
 
 def train_episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, seed: int,
                   on_checkpoint: Callable[[int], None], rng: np.random.Generator) -> dict:
-    """One training episode (Alg. 1): act, reward, update every ``update_every_s``."""
+    """One training episode (Alg. 1): act, reward, update every ``update_every_s``.
+
+    Returns the episode's metrics, mean reward, invalid-answer share, mean token KL, and
+    ``update_stats``: per PPO update its policy loss, value loss, clip fraction and KL (Fig. 12)."""
     _, info = env.reset(seed=seed)
     history: deque = deque(maxlen=2)
     buffer: list[Exchange] = []
@@ -192,7 +195,7 @@ def train_episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: Ora
     return {"seed": seed, "queue": summary["queue"], "travel_time_s": summary["travel_time_s"],
             "mean_reward": float(np.mean(rewards)), "invalid_rate": invalid / len(rewards),
             "kl": float(np.mean([u["kl"] for u in updates])) if updates else 0.0,
-            "updates": len(updates)}
+            "updates": len(updates), "update_stats": updates}
 
 
 def train(policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, out_dir: str | Path) -> dict:
