@@ -9,7 +9,7 @@ import torch
 from llmtraffic.signal import llm_jobs
 from llmtraffic.signal.backbones import NEEDS_GPU, SURROGATE, backbone_unavailable, ppo_config, table8_hurdle
 from llmtraffic.signal.llm_jobs import after_of, answer_agreement, evaluate_backbone, finetune, pool
-from llmtraffic.signal.llm_tables import (agreement_table, change_cells, results_table, reward_label, share_above,
+from llmtraffic.signal.llm_tables import (agreement_table, change_cells, change_text, results_table, reward_label, share_above,
                                           summarize, traces_table)
 
 TINY = {"collect_seeds": [1000], "episode_s": 300, "steps": 0, "hidden": 32}
@@ -45,6 +45,8 @@ def test_summary_cells_and_share_above():
     cells = change_cells(after, before)
     assert cells == {"Travel Time": "90.00 (−25%)", "Queue": "12.00 (−52%)", "Delay": "0.40 (−33%)",
                      "Throughput": "1205 (+15%)", "Invalid answers": "0.0%", "Deadlocks": "0/2"}
+    assert change_text(after, before) == "queue 12.00 vs 25.00 (-52 %), invalid answers 0.0 %"
+    assert change_text({"unavailable": NEEDS_GPU}, before) == f"not run ({NEEDS_GPU})"
     assert change_cells(before)["Queue"] == "25.00" and change_cells(before)["Invalid answers"] == "5.0%"
     assert share_above(before, 2.5) == 0.5  # 3 and 5 of [0, 3, -1, 5]
     table = results_table({"base": (before, None), "tuned": (after, before), "8B": ({"unavailable": NEEDS_GPU}, None)})
