@@ -9,8 +9,8 @@ import torch
 from llmtraffic.signal import llm_jobs
 from llmtraffic.signal.backbones import NEEDS_GPU, SURROGATE, backbone_unavailable, ppo_config, table8_hurdle
 from llmtraffic.signal.llm_jobs import after_of, answer_agreement, evaluate_backbone, finetune, pool
-from llmtraffic.signal.llm_tables import (agreement_table, change_cells, change_text, results_table, reward_label, share_above,
-                                          summarize, traces_table)
+from llmtraffic.signal.llm_tables import (agreement_table, change_cells, change_text, results_table, reward_label,
+                                          share_above, summarize, traces_table)
 
 TINY = {"collect_seeds": [1000], "episode_s": 300, "steps": 0, "hidden": 32}
 """An unsupervised tiny surrogate: enough to exercise the job quickly."""
