@@ -111,18 +111,6 @@ def ppo_config(backbone: str, scenario: str, **overrides: Any) -> PPOConfig:
     return PPOConfig(**{"load_in_4bit": True, **decoding, **table8, **overrides})
 
 
-def code_digest() -> str:
-    """Digest of the code the cached OracleTSC artifacts depend on (environment, prompts, rewards,
-    surrogate, training loop, PPO, tiny LM): part of their cache keys, so a change there retrains
-    instead of reusing an artifact the current code would not produce."""
-    from ..llm import tiny
-    from ..rl import llm_ppo
-    from . import env, evaluation, metrics, oracle, oracle_training, prompt, scenarios, surrogate
-
-    return study.source_digest(env, evaluation, metrics, oracle, oracle_training, prompt, scenarios,
-                               surrogate, llm_ppo, tiny)
-
-
 def surrogate_artifact(scenario: str = "cologne1", **overrides: Any):
     """The surrogate pre-trained on ``scenario``'s states (cached, kind ``tsc_surrogate``)."""
     cfg = SurrogateConfig(**{"scenario": scenario, **overrides})
@@ -131,7 +119,7 @@ def surrogate_artifact(scenario: str = "cologne1", **overrides: Any):
         with torch_threads(TORCH_THREADS):
             return train_surrogate(cfg)
 
-    return study.cached("tsc_surrogate", {**surrogate_params(cfg), "code": code_digest()}, build)
+    return study.cached("tsc_surrogate", surrogate_params(cfg), build)
 
 
 def surrogate_prompter(state: IntersectionState, history) -> str:
@@ -170,9 +158,9 @@ def load_backbone(backbone: str, scenario: str, ppo: dict | None = None,
 
 
 def backbone_params(backbone: str, scenario: str, ppo: dict | None, surrogate: dict | None) -> dict:
-    """What identifies a starting policy (cache key part)."""
-    params: dict[str, Any] = {"backbone": backbone, "ppo": asdict(ppo_config(backbone, scenario, **(ppo or {}))),
-                              "code": code_digest()}
+    """What identifies a starting policy (cache key part; ``study.cached`` adds the digest of the
+    code the job imports)."""
+    params: dict[str, Any] = {"backbone": backbone, "ppo": asdict(ppo_config(backbone, scenario, **(ppo or {})))}
     if backbone == SURROGATE:
         params["surrogate"] = surrogate_params(SurrogateConfig(**{"scenario": scenario, **(surrogate or {})}))
     return json.loads(json.dumps(params))

@@ -57,10 +57,7 @@ def controller_evaluation(controller, scenario: str, eval_seeds: Sequence[int], 
 
 
 def _cached(kind: str, name: str, make, scenario: str, eval_seeds: Sequence[int], episode_s: int) -> dict:
-    from .backbones import code_digest
-
-    params = {"controller": name, "scenario": scenario, "eval_seeds": list(eval_seeds), "episode_s": episode_s,
-              "code": code_digest()}
+    params = {"controller": name, "scenario": scenario, "eval_seeds": list(eval_seeds), "episode_s": episode_s}
     return study.cached(kind, params, lambda: controller_evaluation(make(), scenario, eval_seeds, episode_s))
 
 

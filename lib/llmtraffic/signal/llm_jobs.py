@@ -35,7 +35,7 @@ from dataclasses import asdict
 import numpy as np
 
 from .. import study
-from ..study.cache import cache_dir
+from ..study.cache import work_dir
 from ..rl.llm_ppo import LMPolicy, torch_threads
 from .backbones import TORCH_THREADS, backbone_params, backbone_unavailable, load_backbone
 from .evaluation import COLUMNS, evaluate
@@ -142,7 +142,7 @@ def finetune(backbone: str, scenario: str, oracle: dict, eval_seeds: Sequence[in
     """Fine-tune ``backbone`` on ``scenario`` with PPO (Alg. 1), select the best checkpoint on the
     held-out episode ``select_seed`` (§4.1.3), evaluate it on ``eval_seeds`` of each of
     ``eval_scenarios`` (default: ``scenario``). Cached (kind ``tsc_finetune``); checkpoints live
-    in ``runs/cache/tsc_finetune_ckpt/<key>/`` so a killed run resumes.
+    in the artifact's own cache folder (``study.cache.work_dir``) so a killed run resumes.
 
     ``oracle``: :class:`OracleConfig` fields except ``scenario`` (e.g. ``episodes``,
     ``episode_s``, ``reward={"hurdle": 2.7, "entropy": "softmax", "tau": 0}``,
@@ -161,7 +161,7 @@ def finetune(backbone: str, scenario: str, oracle: dict, eval_seeds: Sequence[in
     def build() -> dict:
         with torch_threads(TORCH_THREADS):
             policy, prompter = load_backbone(backbone, scenario, ppo, surrogate)
-            out = cache_dir("tsc_finetune_ckpt", params)
+            out = work_dir()  # checkpoints beside the artifact: a killed build resumes from them
             trained = train(policy, prompter, cfg, out)
             checkpoints = trained["checkpoints"]
             if len(checkpoints) == 1:  # one candidate: nothing to select, no held-out episode spent
