@@ -46,7 +46,7 @@ class PPOConfig:
     """Let a backbone with a thinking mode (Qwen3) think before answering. Off by default: the
     prompt already asks for step-by-step analysis in the visible answer, and a thinking block
     uses up the paper's 512 new tokens before the ``<signal>`` tag (see
-    :func:`llmtraffic.signal.backbones.chat_prompter`)."""
+    :func:`llmtraffic.signal.oracle_training.chat_prompter`)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory for long prompts, ~30 % slower)."""
     lora_rank: int = 16
