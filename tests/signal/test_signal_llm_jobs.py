@@ -47,6 +47,8 @@ def test_summary_cells_and_share_above():
                      "Throughput": "1205 (+15%)", "Invalid answers": "0.0%", "Deadlocks": "0/2"}
     assert change_text(after, before) == "queue 12.00 vs 25.00 (-52 %), invalid answers 0.0 %"
     assert change_text({"unavailable": NEEDS_GPU}, before) == f"not run ({NEEDS_GPU})"
+    broken = {"runs": [{**r, "invalid_rate": 1.0} for r in after["runs"]]}
+    assert change_text(broken, before).startswith("n/a (100 % invalid answers")
     assert change_cells(before)["Queue"] == "25.00" and change_cells(before)["Invalid answers"] == "5.0%"
     assert share_above(before, 2.5) == 0.5  # 3 and 5 of [0, 3, -1, 5]
     table = results_table({"base": (before, None), "tuned": (after, before), "8B": ({"unavailable": NEEDS_GPU}, None)})

@@ -298,6 +298,8 @@ def change_text(evaluation: dict, reference: dict, key: str = "queue") -> str:
     against a reference (the sweeps' readings), or why there is none."""
     if "unavailable" in evaluation or "unavailable" in reference:
         return f"not run ({evaluation.get('unavailable') or reference.get('unavailable')})"
+    if all_invalid(evaluation):
+        return "n/a (100 % invalid answers: the policy only ever kept the current phase)"
     a, b = summarize(evaluation), summarize(reference)
     change = f" ({100 * (a[key] - b[key]) / b[key]:+.0f} %)" if b[key] else ""
     return f"{key} {a[key]:.2f} vs {b[key]:.2f}{change}, invalid answers {100 * a['invalid_rate']:.1f} %"
