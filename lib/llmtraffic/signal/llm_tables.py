@@ -174,11 +174,26 @@ PAPER_ABLATION_SCENARIO = "hangzhou1x1"
 """The seed runs its ablations (Tables 2, 4–7, 11–12, Figs. 8–9) on CityFlow 1x1: hangzhou1x1 here."""
 
 
-def paper_if_same(paper: dict, scenario: str, paper_scenario: str = PAPER_ABLATION_SCENARIO) -> dict | None:
-    """The seed's cells to set beside ours, or None when ours ran on another intersection: levels
-    of two intersections are not comparable, so the notebook then shows the seed's values on
-    their own (:func:`paper_reference`)."""
-    return paper if scenario == paper_scenario else None
+def incomparable(backbone: str, paper_backbone: str, scenario: str, paper_scenario: str = PAPER_ABLATION_SCENARIO,
+                 episode_s: int = 3600) -> str:
+    """Why our cells cannot carry a Δ against the paper's, or ``""`` when they can: the same
+    backbone, the same intersection (and so the paper's simulator: CityFlow for ``hangzhou1x1``,
+    SUMO for ``cologne1``) and the paper's 3,600-s episodes."""
+    reasons = [f"backbone {backbone}, not {paper_backbone}" if backbone != paper_backbone else "",
+               f"intersection {scenario}, not {paper_scenario}" if scenario != paper_scenario else "",
+               f"{episode_s}-s episodes, not 3600-s" if episode_s != 3600 else ""]
+    return "; ".join(r for r in reasons if r)
+
+
+def save_against_paper(table: pd.DataFrame, name: str, paper: dict | None, caption: str, reason: str) -> None:
+    """Save ``table``; with the paper's cells beside ours (and a Δ) only when ``reason`` is empty,
+    else the paper's cells as a table of their own, ``<name>_paper``, captioned with the reason."""
+    from .. import study
+
+    study.save_table(table, name, paper=paper if paper and not reason else None, caption=caption)
+    if paper and reason:
+        study.save_table(paper_reference(paper), f"{name}_paper",
+                         caption=f"The paper's values for {name}, for reference only (no Δ: {reason})")
 
 
 def paper_reference(paper: dict) -> pd.DataFrame:
