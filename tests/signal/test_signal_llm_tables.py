@@ -7,7 +7,7 @@ from scipy import stats
 
 from llmtraffic.signal.controls import (MaxQueueController, classic_evaluation, greedy, heuristic_evaluation,
                                        random_reward_oracle)
-from llmtraffic.signal.llm_tables import ci_table, comparison, difference_cell, paired
+from llmtraffic.signal.llm_tables import ci_table, comparison, difference_cell, incomparable, paired
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 from llmtraffic.signal.llm_jobs import pool
 
@@ -65,3 +65,9 @@ def test_control_rows():
     assert run["invalid_rate"] == 0 and len(run["queue_series"]) == 12 and len(run["r_env"]) == 11
     with pytest.raises(ValueError, match="not one of"):
         classic_evaluation("Webster", "synthetic", [3])
+
+
+def test_a_delta_against_the_paper_needs_the_same_backbone_intersection_and_episode_length():
+    assert incomparable("LLaMA3-8B", "LLaMA3-8B", "hangzhou1x1") == ""
+    assert incomparable("surrogate-tiny", "LLaMA3-8B", "cologne1", episode_s=1440) == (
+        "backbone surrogate-tiny, not LLaMA3-8B; intersection cologne1, not hangzhou1x1; 1440-s episodes, not 3600-s")
