@@ -1,8 +1,10 @@
 """Speed of the LLM signal policy on the surrogate (OracleTSC Alg. 1 on CPU).
 
-1. Decisions per second with G answers sampled in one batched ``generate`` call (what
-   ``LMPolicy.sample`` does, Alg. 1) against the reference of G sequential one-answer calls on
-   the same prompts, measured in the same run: ratio = batched / sequential decisions per s.
+1. Generated tokens (and decisions) per second with G answers sampled in one batched
+   ``generate`` call (what ``LMPolicy.sample`` does, Alg. 1) against the reference of G
+   sequential one-answer calls on the same prompts, measured in the same run. Tokens are the
+   answers' tokens including the end token; both ways sample the same distribution, so their
+   answer lengths agree up to sampling noise (both totals are printed).
 2. PPO update tokens per second (``LMPolicy.update`` on a buffer of 400 s of exchanges = 40
    decisions, §4.1.3: scoring old and reference log-probs and values, then the clipped
    update) against the reference of one plain supervised forward/backward on the same tokens.
@@ -52,20 +54,28 @@ def main() -> None:
     prompts = [compact_prompt(s) for s in collect_states(cfg)][: args.decisions]
     n = len(prompts)
 
+    counted = {"batched": 0, "sequential": 0}
+
+    def n_tokens(texts: list[str]) -> int:
+        return sum(len(tok(t, add_special_tokens=False).input_ids) + 1 for t in texts)  # + the end token
+
     def batched():
+        counted["batched"] = 0
         for p in prompts:
-            policy.sample(p, rng=np.random.default_rng(0), record=False)
+            counted["batched"] += n_tokens(policy.sample(p, rng=np.random.default_rng(0), record=False)[0])
 
     def sequential():
+        counted["sequential"] = 0
         for p in prompts:
-            for _ in range(args.group):
-                policy.sample(p, group_size=1, rng=np.random.default_rng(0), record=False)
+            for i in range(args.group):
+                counted["sequential"] += n_tokens(policy.sample(p, group_size=1, rng=np.random.default_rng(i), record=False)[0])
 
     t_batched, t_seq = median_time(batched, args.repeats), median_time(sequential, args.repeats)
+    tb, ts = counted["batched"], counted["sequential"]
     print(f"sampling, G = {args.group}, {n} decisions ({args.scenario} prompts, {policy.cfg.max_new_tokens} tokens max)")
-    print(f"  batched (one generate of G)  {n / t_batched:7.1f} decisions/s")
-    print(f"  sequential (G generates of 1) {n / t_seq:7.1f} decisions/s   (reference)")
-    print(f"  ratio batched / sequential    {t_seq / t_batched:7.2f}x")
+    print(f"  batched (one generate of G)   {tb / t_batched:8.0f} generated tokens/s  ({n / t_batched:6.1f} decisions/s, {tb} tokens)")
+    print(f"  sequential (G generates of 1) {ts / t_seq:8.0f} generated tokens/s  ({n / t_seq:6.1f} decisions/s, {ts} tokens; reference)")
+    print(f"  ratio batched / sequential    {(tb / t_batched) / (ts / t_seq):8.2f}x tokens/s")
 
     rng = np.random.default_rng(1)
 

@@ -2,6 +2,7 @@
 and the learning test against the random-reward control."""
 
 import json
+import math
 from statistics import median
 
 import pytest
@@ -10,8 +11,10 @@ import torch
 from llmtraffic.rl.llm_ppo import LMPolicy, torch_threads
 from llmtraffic.llm.tiny import tiny_tokenizer
 from llmtraffic.signal import evaluate
-from llmtraffic.signal.oracle_training import (LLMController, OracleConfig, chat_prompter, evaluate_policy,
+from llmtraffic.signal.oracle import RewardConfig
+from llmtraffic.signal.oracle_training import (LLMController, OracleConfig, chat_prompter, decide, evaluate_policy,
                                                select_best, train)
+from llmtraffic.signal.llm_jobs import answer_agreement
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 from llmtraffic.signal.surrogate import SurrogateConfig, compact_prompt, load_surrogate, surrogate_ppo_config, train_surrogate
 
@@ -63,6 +66,35 @@ def test_controller_applies_algorithm_2_keeps_phase_on_invalid_and_passes_two_pa
     assert [h for _, h in seen][:4] == [[], [3], [3, 3], [3, 1]]
     assert (controller.decisions, controller.invalid) == (8, 4)
     assert all(call == ("p", 1, False) for call in policy.calls)  # G = 1, never recorded for training
+
+
+class GroupPolicy:
+    """Stands in for LMPolicy.sample: a fixed group of G answers."""
+
+    def __init__(self, texts):
+        self.texts = texts
+
+    def sample(self, prompt, group_size=None, rng=None, record=True):
+        return list(self.texts), None
+
+
+def test_entropy_reward_clusters_answers_by_phase_not_by_text():
+    ns = Phase(0, "NTST", "Northern and southern through lanes", (Movement("n", "s", "N", "through"),))
+    ew = Phase(1, "ETWT", "Eastern and western through lanes", (Movement("e", "w", "E", "through"),))
+    state = IntersectionState(10.0, 1, {"n": LaneCounts(4, 0, 0, 0), "e": LaneCounts(1, 0, 0, 0)}, (ns, ew))
+    # four texts, all different: token-level clusters would be four singletons (entropy ln 4);
+    # three name NTST (mnemonic, lower case, description), one names ETWT
+    texts = ["<signal> NTST</signal>", "<signal>ntst</signal>", "Serve northern and southern through lanes.",
+             "<signal>ETWT</signal>"]
+    action, valid, counts, _ = decide(GroupPolicy(texts), lambda s, h: "p", state, [])
+    assert (action, valid, counts.tolist()) == (0, True, [3, 1])
+    agreement = answer_agreement([0, 0, 0, 1], texts)
+    assert agreement["entropy"] == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+    assert agreement["text_entropy"] == pytest.approx(math.log(4))
+    after = IntersectionState(20.0, 0, {"n": LaneCounts(1, 0, 0, 0), "e": LaneCounts(1, 0, 0, 0)}, (ns, ew))
+    naive = RewardConfig(entropy="naive")(state, action, after, counts)
+    assert naive == pytest.approx(3 + 0.75)  # R_env = 5 - 2 queued, r_E = 3/4 (by text it would be 1/4)
+    assert RewardConfig(entropy="softmax", tau=0)(state, action, after, counts) == pytest.approx(3 + 1)
 
 
 def test_chat_prompter_uses_the_chat_template_with_a4_system_prompt():

@@ -7,10 +7,14 @@ import pytest
 import torch
 
 from llmtraffic.rl.llm_ppo import torch_threads
+from llmtraffic.signal.prompt import parse_phase
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 from llmtraffic.signal.surrogate import (
     LABEL,
+    SURFACE_FORMS,
     SurrogateConfig,
+    answer_text,
+    check_forms,
     compact_prompt,
     load_surrogate,
     max_queue_phase,
@@ -25,6 +29,12 @@ PHASES = (
                                    Movement("s", "e_out", "S", "right"))),
     Phase(1, "EW", "east-west", (Movement("e", "w_out", "E", "through"), Movement("w", "e_out", "W", "through"))),
 )
+PHASES_COLOGNE = tuple(Phase(i, m, d) for i, (m, d) in enumerate([
+    ("NUTRLSUTRL", "Northern and southern U-turn, through, right-turn and left-turn lanes"),
+    ("NULSUL", "Northern and southern U-turn and left-turn lanes"),
+    ("EUTRLWUTRL", "Eastern and western U-turn, through, right-turn and left-turn lanes"),
+    ("EULWUL", "Eastern and western U-turn and left-turn lanes")]))
+"""Cologne1's phase names as the environment derives them (only names matter for parsing)."""
 STATE = IntersectionState(
     30.0, 1,
     {"n": LaneCounts(2, 1, 0, 3), "s": LaneCounts(4, 0, 1, 0), "e": LaneCounts(5, 0, 0, 0), "w": LaneCounts(0, 2, 2, 2)},
@@ -60,8 +70,19 @@ def test_config_rejects_bad_values():
         SurrogateConfig(collect_seeds=())
 
 
-def test_short_supervised_start_learns_the_answer_format_and_round_trips():
-    cfg = SurrogateConfig(scenario="cologne1", collect_seeds=(1000,), episode_s=600, steps=60, hidden=64)
+def test_surface_forms_parse_back_and_overlapping_names_are_rejected():
+    texts = {form: answer_text(PHASES[0], form) for form in SURFACE_FORMS}
+    assert texts == {"tag": "<signal> NS</signal>", "tag_lower": "<signal>ns</signal>", "sentence": "Serve north-south."}
+    assert all(parse_phase(t, PHASES) == 0 for t in texts.values())
+    clash = (PHASES[0], Phase(1, "EW", "east-west, not north-south", PHASES[1].movements))  # ends with phase 0's name
+    with pytest.raises(ValueError, match="names overlap"):
+        check_forms(clash, ("sentence",))
+    with pytest.raises(ValueError, match="surface_forms"):
+        SurrogateConfig(surface_forms=("tag", "poem"))
+
+
+def test_short_supervised_start_answers_in_several_surface_forms_and_round_trips():
+    cfg = SurrogateConfig(scenario="cologne1", collect_seeds=(1000,), episode_s=600, steps=300, hidden=64)
     artifact = pickle.loads(pickle.dumps(train_surrogate(cfg)))
     assert artifact.label == LABEL == "surrogate-tiny"
     model, tok = load_surrogate(artifact)
@@ -70,15 +91,20 @@ def test_short_supervised_start_learns_the_answer_format_and_round_trips():
     ids = tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, again(input_ids=ids).logits)
-        out = model.generate(input_ids=ids, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id,
-                             eos_token_id=tok.eos_token_id)
-    answer = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
-    assert answer in {f"<signal> {m}</signal>" for m in ("NUTRLSUTRL", "NULSUL", "EUTRLWUTRL", "EULWUL")}
-    assert len(tok(answer, add_special_tokens=False).input_ids) == 3  # tag, mnemonic, tag: the phase is one token
-    assert out[0, -1] == tok.eos_token_id
-    assert tok.convert_ids_to_tokens(out[0, ids.shape[1]].item()) == "<signal>"  # one whole-tag token
+        torch.manual_seed(0)
+        out = model.generate(input_ids=ids.repeat(24, 1), max_new_tokens=32, do_sample=True, top_p=0.95,
+                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    texts = [tok.decode(row[ids.shape[1]:], skip_special_tokens=True) for row in out]
+    phases = [parse_phase(t, PHASES_COLOGNE) for t in texts]
+    assert sum(p is not None for p in phases) >= 22  # the format is learnt
+    by_phase = {}
+    for text, phase in zip(texts, phases):
+        by_phase.setdefault(phase, set()).add(text)
+    assert max(len(v) for k, v in by_phase.items() if k is not None) >= 2  # one phase, several texts
+    lengths = {len(tok(t, add_special_tokens=False).input_ids) for t in texts}
+    assert max(lengths) > 3  # multi-token forms
 
 
 def test_surrogate_ppo_config_overrides():
     cfg = surrogate_ppo_config(actor_lr=1e-4)
-    assert (cfg.actor_lr, cfg.top_p, cfg.max_new_tokens) == (1e-4, 0.95, 12)
+    assert (cfg.actor_lr, cfg.top_p, cfg.max_new_tokens) == (1e-4, 0.95, 32)

@@ -53,10 +53,10 @@ def test_missing_key_variable_model_folder_and_cassettes(tmp_path, monkeypatch):
 
 
 def test_absent_backbone_names_what_to_do_and_the_surrogate_passes():
-    from llmtraffic.signal import studies
+    from llmtraffic.signal import backbones
     from llmtraffic.study import preflight
 
-    assert preflight.SURROGATE == studies.SURROGATE
+    assert preflight.SURROGATE == backbones.SURROGATE
     assert resource_problems({"backbone": "surrogate-tiny"}) == []
     [problem] = resource_problems({"backbone": "no-such-org/no-such-model"})
     assert problem.startswith("backbone 'no-such-org/no-such-model' cannot run here: it needs local weights")
@@ -84,7 +84,7 @@ def test_begin_stops_a_notebook_opened_by_hand(tmp_path, monkeypatch, outdirs):
 
 def test_traces_table_of_no_evaluations_is_empty_not_a_key_error():
     """tsc_main with every backbone unavailable reached `traces_table({})` (issue 17)."""
-    from llmtraffic.signal.studies import traces_table
+    from llmtraffic.signal.llm_tables import traces_table
 
     table = traces_table({})
     assert table.empty and list(table.columns) == ["prompt", "answers", "phases"]

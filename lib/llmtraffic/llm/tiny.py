@@ -51,13 +51,14 @@ class TinySpec:
     """Seed of the weight initialisation."""
 
 
-def tiny_tokenizer(corpus: Iterable[str], vocab_size: int = 384) -> PreTrainedTokenizerFast:
+def tiny_tokenizer(corpus: Iterable[str], vocab_size: int = 384, pad: bool = True) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained on `corpus`, with the ChatML template.
 
     Byte-level means any text encodes (unseen characters fall back to bytes), so prompts
     need not be in the corpus; the corpus only decides which merges make them short.
     Normaliser and pre-tokeniser are Qwen2's (digits split one by one): a saved tiny model
     reloads through ``AutoTokenizer`` as a ``Qwen2Tokenizer``, which rebuilds exactly these.
+    ``pad=False`` leaves the pad token unset, as LLaMA-3-Instruct's tokenizer does.
     """
     model = Tokenizer(models.BPE())
     model.normalizer = normalizers.NFC()
@@ -73,7 +74,7 @@ def tiny_tokenizer(corpus: Iterable[str], vocab_size: int = 384) -> PreTrainedTo
         show_progress=False,
     )
     model.train_from_iterator(corpus, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, eos_token=IM_END, pad_token=PAD)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, eos_token=IM_END, pad_token=PAD if pad else None)
     tokenizer.chat_template = CHATML_TEMPLATE
     return tokenizer
 
@@ -89,7 +90,7 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, spec: TinySpec = TinySpec()) 
         intermediate_size=spec.intermediate,
         max_position_embeddings=spec.max_positions,
         eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        pad_token_id=tokenizer.pad_token_id,  # None when the tokenizer has no pad token
         bos_token_id=None,
         tie_word_embeddings=True,
     )

@@ -42,6 +42,13 @@ class PPOConfig:
     """Nucleus sampling mass (1 = off)."""
     top_k: int = 0
     """Top-k sampling (0 = off)."""
+    thinking: bool = False
+    """Let a backbone with a thinking mode (Qwen3) think before answering. Off by default: the
+    prompt already asks for step-by-step analysis in the visible answer, and a thinking block
+    uses up the paper's 512 new tokens before the ``<signal>`` tag (see
+    :func:`llmtraffic.signal.oracle_training.chat_prompter`)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory for long prompts, ~30 % slower)."""
     lora_rank: int = 16
     """LoRA rank r on all linear layers (§4.1.3)."""
     lora_alpha: int = 32
@@ -250,6 +257,30 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def pad_token_id(tokenizer) -> int:
+    """The id that fills padded positions: the tokenizer's pad token, else its EOS.
+
+    LLaMA-3-Instruct's tokenizer has no pad token. Padded positions are masked out of attention
+    and of every loss, so any valid id will do; EOS is always one.
+    """
+    for pad in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if pad is not None:
+            return int(pad)
+    raise ValueError("the tokenizer has neither a pad nor an EOS token: cannot pad or end answers")
+
+
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """Token ids that end an answer: the tokenizer's EOS and the model's generation-config EOS
+    ids (LLaMA-3-Instruct ends a turn with ``<|eot_id|>``, not its tokenizer's EOS)."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    eos = eos if isinstance(eos, list) else [eos]
+    ids = [tokenizer.eos_token_id, *eos]
+    out = list(dict.fromkeys(int(i) for i in ids if i is not None))
+    if not out:
+        raise ValueError("neither the tokenizer nor the model's generation config names an EOS token")
+    return out
+
+
 # ----------------------------------------------------------------------------- policy
 
 
@@ -287,8 +318,12 @@ class LMPolicy:
 
         self.cfg, self.tokenizer = cfg, tokenizer
         self.rng = np.random.default_rng(cfg.seed)
+        self.stop_ids = stop_token_ids(model, tokenizer)
+        self.pad_id = pad_token_id(tokenizer)
         if cfg.load_in_4bit and not _is_4bit(model):
             model = load_policy_model(model, load_in_4bit=True)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules="all-linear", task_type="CAUSAL_LM")
         with torch.random.fork_rng(devices=[]):  # peft and nn.Linear draw from the global generator
@@ -329,8 +364,8 @@ class LMPolicy:
                 input_ids=prompt_ids.repeat(g, 1),
                 attention_mask=torch.ones(g, prompt_ids.shape[1], dtype=torch.long, device=self.device),
                 max_new_tokens=cfg.max_new_tokens,
-                pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
+                pad_token_id=self.pad_id,
+                eos_token_id=self.stop_ids,
                 **(sampling if cfg.temperature > 0 else dict(do_sample=False)),
             )
         answers = [self._trim(row) for row in out[:, prompt_ids.shape[1]:]]
@@ -344,10 +379,10 @@ class LMPolicy:
         return [self.device] if self.device.type == "cuda" else []
 
     def _trim(self, answer: Tensor) -> Tensor:
-        """Tokens up to and including the first EOS (generate pads finished rows)."""
-        eos = (answer == self.tokenizer.eos_token_id).nonzero()
+        """Tokens up to and including the first stop token (generate pads finished rows)."""
+        eos = torch.isin(answer, answer.new_tensor(self.stop_ids)).nonzero()
         answer = answer[: int(eos[0]) + 1] if len(eos) else answer
-        return answer if len(answer) else answer.new_tensor([self.tokenizer.eos_token_id])
+        return answer if len(answer) else answer.new_tensor([self.stop_ids[0]])
 
     def score_pending(self) -> None:
         """Fill log pi_old, log pi_ref and V_old of the exchanges sampled since the last update.
@@ -375,7 +410,7 @@ class LMPolicy:
         Returns ``logp``, ``values`` and ``mask``, each (batch, longest answer). The LM head runs
         only on answer positions, so memory does not scale with prompt length x vocabulary.
         """
-        dev, pad = self.device, self.tokenizer.pad_token_id
+        dev, pad = self.device, self.pad_id
         p_len = torch.tensor([len(p) for p in prompts], device=dev)
         a_len = torch.tensor([len(a) for a in answers], device=dev)
         seqs = [torch.cat([p.to(dev), a.to(dev)]) for p, a in zip(prompts, answers)]

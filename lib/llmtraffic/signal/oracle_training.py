@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..rl.llm_ppo import Exchange, LMPolicy
 from .env import SignalConfig, SignalEnv
@@ -33,12 +34,24 @@ Prompter = Callable[[IntersectionState, Sequence[tuple[IntersectionState, int]]]
 """Builds the prompt text from the state and the two most recent (state, action) pairs."""
 
 
-def chat_prompter(tokenizer, decision_s: int = 10) -> Prompter:
-    """The paper's prompt (A.4 system prompt + A.5 states) through the model's chat template."""
+def has_thinking_mode(tokenizer) -> bool:
+    """Whether the chat template switches a thinking mode (Qwen3's ``enable_thinking``)."""
+    return "enable_thinking" in (tokenizer.chat_template or "")
+
+
+def chat_prompter(tokenizer, decision_s: int = 10, thinking: bool = False) -> Prompter:
+    """The paper's prompt (A.4 system prompt + A.5 states) through the model's chat template.
+
+    A template with a thinking mode gets it set explicitly (``enable_thinking=thinking``; Qwen3
+    defaults to thinking); ``thinking=True`` for a template without one raises ``ValueError``.
+    """
+    options = {"enable_thinking": thinking} if has_thinking_mode(tokenizer) else {}
+    if thinking and not options:
+        raise ValueError("thinking=True: this backbone's chat template has no thinking mode")
 
     def prompt(state: IntersectionState, history: Sequence[tuple[IntersectionState, int]]) -> str:
         return tokenizer.apply_chat_template(messages(state, history, decision_s), tokenize=False,
-                                             add_generation_prompt=True)
+                                             add_generation_prompt=True, **options)
 
     return prompt
 
@@ -125,25 +138,38 @@ def evaluate_policy(policy: LMPolicy, prompter: Prompter, scenario: str, seeds: 
     return rows
 
 
-def _decide(policy: LMPolicy, prompter: Prompter, state: IntersectionState, history) -> tuple[int, bool, np.ndarray, Exchange]:
+def semantic_phases(texts: Sequence[str], state: IntersectionState) -> tuple[list[int], list[bool]]:
+    """The phase each of G answers names (Algorithm 2; an answer naming none keeps the current
+    phase) and whether it named one. Answers are clustered by these phases, not by their text,
+    for the entropy term (eqs. 11–13): "<signal> NTST</signal>" and "Serve north-south through."
+    are one class."""
+    found = [parse_phase(t, state.phases) for t in texts]
+    return [state.phase if f is None else f for f in found], [f is not None for f in found]
+
+
+def decide(policy: LMPolicy, prompter: Prompter, state: IntersectionState, history) -> tuple[int, bool, np.ndarray, Exchange]:
     """Alg. 1's inner step: G answers, the first one's phase, the histogram of all G (Alg. 3)."""
     texts, exchange = policy.sample(prompter(state, history))
-    found = [parse_phase(t, state.phases) for t in texts]
-    phases = [state.phase if f is None else f for f in found]
-    return phases[0], found[0] is not None, phase_counts(phases, len(state.phases)), exchange
+    phases, valid = semantic_phases(texts, state)
+    return phases[0], valid[0], phase_counts(phases, len(state.phases)), exchange
 
 
 def train_episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, seed: int,
                   on_checkpoint: Callable[[int], None], rng: np.random.Generator) -> dict:
-    """One training episode (Alg. 1): act, reward, update every ``update_every_s``."""
+    """One training episode (Alg. 1): act, reward, update every ``update_every_s``.
+
+    Returns the episode's metrics, mean reward, invalid-answer share, mean token KL, and
+    ``update_stats``: per PPO update its policy loss, value loss, clip fraction and KL (Fig. 12)."""
     _, info = env.reset(seed=seed)
     history: deque = deque(maxlen=2)
     buffer: list[Exchange] = []
     rewards, invalid, updates = [], 0, []
+    bar = tqdm(total=cfg.episode_s // 10, desc=f"LLM PPO episode (seed {seed})", unit="decision", leave=False,
+               mininterval=2)
     done = False
     while not done:
         state = info["state"]
-        action, valid, counts, exchange = _decide(policy, prompter, state, history)
+        action, valid, counts, exchange = decide(policy, prompter, state, history)
         _, _, terminated, truncated, info = env.step(action)
         if cfg.random_reward_std is None:
             reward = cfg.reward(state, action, info["state"], counts)
@@ -155,6 +181,8 @@ def train_episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: Ora
         history.append((state, action))
         rewards.append(exchange.reward)
         invalid += not valid
+        bar.update()
+        bar.set_postfix(queue=info["state"].total_queue, reward=f"{np.mean(rewards):.2f}", refresh=False)
         t = info["time_s"]
         if t % cfg.update_every_s == 0:
             buffer = [e for e in buffer if e.time_s > t - cfg.buffer_s]
@@ -162,11 +190,12 @@ def train_episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: Ora
         if t % cfg.checkpoint_every_s == 0:
             on_checkpoint(t)
         done = terminated or truncated
+    bar.close()
     summary = env.summary()
     return {"seed": seed, "queue": summary["queue"], "travel_time_s": summary["travel_time_s"],
             "mean_reward": float(np.mean(rewards)), "invalid_rate": invalid / len(rewards),
             "kl": float(np.mean([u["kl"] for u in updates])) if updates else 0.0,
-            "updates": len(updates)}
+            "updates": len(updates), "update_stats": updates}
 
 
 def train(policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, out_dir: str | Path) -> dict:

@@ -3,9 +3,16 @@
 No pretrained weights can be downloaded on the CPU profiles, so the OracleTSC pipeline runs on
 a tiny Qwen2-shaped causal LM (built by :mod:`llmtraffic.llm.tiny`) with a byte-level BPE
 tokenizer trained in-process. Like the paper's pretrained backbones it starts as a
-format-following but mediocre controller: it is supervised briefly to answer
-``<signal>MNEMONIC</signal>`` + EOS after a compact verbalised state, with labels from a noisy
-heuristic (the max-queue phase with probability ``p_heuristic``, else a uniformly random phase).
+format-following but mediocre controller: it is supervised briefly to answer after a compact
+verbalised state, with labels from a noisy heuristic (the max-queue phase with probability
+``p_heuristic``, else a uniformly random phase).
+
+Like a real LLM it names one phase in several surface forms (:data:`SURFACE_FORMS`): the
+mnemonic in the tag, the mnemonic in lower case (several tokens), or a sentence with the
+phase's description and no tag (many tokens, found by Algorithm 2's second step). Each
+supervised answer takes one form at random, so G answers that agree on the phase usually
+differ as text: the discrete semantic entropy of eqs. 11–13 (answers clustered by the phase
+Algorithm 2 extracts) is then lower than the entropy of identical texts.
 
 It has no chain of thought: answers are the tag alone, so reasoning-trace analyses (Listings
 1–2) only apply to real backbones. Every table and figure that uses it says ``surrogate-tiny``.
@@ -18,11 +25,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..llm.tiny import TinySpec, tiny_model, tiny_tokenizer
 from ..rl.llm_ppo import PPOConfig
 from .env import SignalConfig, SignalEnv
-from .prompt import lane_groups
+from .prompt import lane_groups, parse_phase
 from .state import IntersectionState, Phase
 
 LABEL = "surrogate-tiny"
@@ -53,10 +61,20 @@ class SurrogateConfig:
     """Decoder layers."""
     vocab_size: int = 384
     """BPE vocabulary target (256 bytes + merges + 3 special tokens)."""
+    surface_forms: tuple[str, ...] = ("tag", "tag_lower", "sentence")
+    """How supervised answers name their phase, one form drawn uniformly per answer
+    (:data:`SURFACE_FORMS`); ``("tag",)`` makes the answer one token, as before issue 15, so
+    semantic and token-level entropy coincide."""
     seed: int = 0
     """Seeds the model initialisation, labels and batches."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "collect_seeds", tuple(self.collect_seeds))
+        object.__setattr__(self, "surface_forms", tuple(self.surface_forms))
+        unknown = set(self.surface_forms) - set(SURFACE_FORMS)
+        if unknown or not self.surface_forms:
+            raise ValueError(f"SurrogateConfig.surface_forms must be a non-empty subset of {sorted(SURFACE_FORMS)}, "
+                             f"got {list(self.surface_forms)}")
         if not 0 <= self.p_heuristic <= 1:
             raise ValueError(f"SurrogateConfig.p_heuristic must be in [0, 1], got {self.p_heuristic}")
         if self.steps < 0 or self.batch_size < 1:
@@ -97,12 +115,45 @@ TAGS = ["<signal>", "</signal>"]
 """Whole-tag tokens, as instruction-tuned tokenizers have for their tags."""
 
 
-def answer_text(phase: Phase) -> str:
+def _tag(phase: Phase) -> str:
     """``<signal>``, the mnemonic as the same single token the prompt uses (`` NULSUL``),
-    ``</signal>``; EOS follows. The phase is then one token. Split into pieces (``<``,
-    ``signal``, ``>N``, ``ULSUL``…), PPO pushed down the completion of a disfavoured phase after
-    its shared first piece, and the surrogate drifted into cut-off answers (5–19 % invalid)."""
+    ``</signal>``: the phase is one token. Split into pieces (``<``, ``signal``, ``>N``…), PPO
+    pushed down the completion of a disfavoured phase after its shared first piece, and an
+    early surrogate drifted into cut-off answers (5–19 % invalid)."""
     return f"<signal> {phase.mnemonic}</signal>"
+
+
+def _tag_lower(phase: Phase) -> str:
+    """The mnemonic in lower case inside the tag (several byte-level tokens; Algorithm 2 step 1
+    ignores case)."""
+    return f"<signal>{phase.mnemonic.lower()}</signal>"
+
+
+def _sentence(phase: Phase) -> str:
+    """A sentence naming the phase by its description, without a tag (Algorithm 2 step 2)."""
+    return f"Serve {phase.description[:1].lower()}{phase.description[1:]}."
+
+
+SURFACE_FORMS = {"tag": _tag, "tag_lower": _tag_lower, "sentence": _sentence}
+"""The ways the surrogate may name a phase; EOS follows each."""
+
+
+def answer_text(phase: Phase, form: str = "tag") -> str:
+    """The answer naming ``phase`` in surface form ``form`` (a key of :data:`SURFACE_FORMS`)."""
+    if form not in SURFACE_FORMS:
+        raise ValueError(f"surface form {form!r} is not one of {sorted(SURFACE_FORMS)}")
+    return SURFACE_FORMS[form](phase)
+
+
+def check_forms(phases: tuple[Phase, ...], forms: tuple[str, ...]) -> None:
+    """Every form of every phase must parse back to that phase (a description containing another
+    phase's name would make the form ambiguous)."""
+    for p in phases:
+        for form in forms:
+            found = parse_phase(answer_text(p, form), phases)
+            if found != p.index:
+                raise ValueError(f"surface form {form!r} of phase {p.mnemonic} parses as {found}: "
+                                 "the phases' names overlap")
 
 
 def collect_states(cfg: SurrogateConfig) -> list[IntersectionState]:
@@ -143,23 +194,27 @@ def train_surrogate(cfg: SurrogateConfig) -> SurrogateArtifact:
     states = collect_states(cfg)
     phases = states[0].phases
     rng = np.random.default_rng([cfg.seed, 2])
+    check_forms(phases, cfg.surface_forms)
     prompts = [compact_prompt(s) for s in states]
-    corpus = prompts + [answer_text(p) for p in phases]
+    corpus = prompts + [answer_text(p, f) for p in phases for f in cfg.surface_forms]
     tok = tiny_tokenizer(corpus, cfg.vocab_size)
     tok.add_tokens(TAGS)  # plain added tokens: decoding keeps them
     model = tiny_model(tok, cfg.spec)
     prompt_ids = [tok(p, add_special_tokens=False).input_ids for p in prompts]
-    answer_ids = {p.index: tok(answer_text(p), add_special_tokens=False).input_ids + [tok.eos_token_id]
-                  for p in phases}
+    answer_ids = {(p.index, f): tok(answer_text(p, f), add_special_tokens=False).input_ids + [tok.eos_token_id]
+                  for p in phases for f in cfg.surface_forms}
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     model.train()
-    for _ in range(cfg.steps):
+    bar = tqdm(range(cfg.steps), desc=f"surrogate pre-training ({cfg.scenario})", leave=False, mininterval=2)
+    for _ in bar:
         batch = rng.integers(len(states), size=cfg.batch_size)
-        labels = [noisy_heuristic(states[i], cfg.p_heuristic, rng) for i in batch]
+        labels = [(noisy_heuristic(states[i], cfg.p_heuristic, rng), cfg.surface_forms[rng.integers(len(cfg.surface_forms))])
+                  for i in batch]
         loss = _answer_loss(model, [prompt_ids[i] for i in batch], [answer_ids[a] for a in labels], tok.pad_token_id)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
     model.eval()
     return SurrogateArtifact(asdict(cfg), tok.backend_tokenizer.to_str(), tok.chat_template,
                              {k: v.detach().clone() for k, v in model.state_dict().items()})
@@ -186,7 +241,7 @@ def load_surrogate(artifact: SurrogateArtifact):
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(artifact.tokenizer_json),
                                   eos_token=IM_END, pad_token=PAD)
     tok.chat_template = artifact.chat_template
-    cfg = SurrogateConfig(**{**artifact.config, "collect_seeds": tuple(artifact.config["collect_seeds"])})
+    cfg = SurrogateConfig(**artifact.config)
     model = tiny_model(tok, cfg.spec)
     model.load_state_dict(artifact.weights)
     return model.eval(), tok
@@ -200,10 +255,11 @@ def surrogate_params(cfg: SurrogateConfig) -> dict:
 def surrogate_ppo_config(**overrides) -> PPOConfig:
     """PPO settings that suit the surrogate (measured on Cologne1, see DESIGN.md).
 
-    - ``max_new_tokens=12``: the answer is 3 tokens + EOS; the margin lets broken answers show.
+    - ``max_new_tokens=32``: the longest surface form (a sentence with the phase description) is
+      about 20 tokens + EOS on Cologne1; the margin lets broken answers show.
     - ``top_p=0.95``: a tiny LM keeps a thin tail over its whole vocabulary; nucleus sampling
       drops it, as the paper samples with each model's recommended top-p/top-k (§4.1.4).
     - ``actor_lr=5e-4``, ``critic_lr=1e-3``: Table 8's 2.5e-5 is for 0.6B–8B backbones; the
       surrogate prototype found 5e-4 stable and 2e-3 collapsing into invalid answers.
     """
-    return PPOConfig(**{"max_new_tokens": 12, "top_p": 0.95, "actor_lr": 5e-4, "critic_lr": 1e-3, **overrides})
+    return PPOConfig(**{"max_new_tokens": 32, "top_p": 0.95, "actor_lr": 5e-4, "critic_lr": 1e-3, **overrides})

@@ -11,7 +11,7 @@ one starts, and :func:`llmtraffic.study.begin` checks again for a notebook opene
   :class:`ResourceError` (exit status 3), and nothing runs.
 - ``backbone``: anything but ``surrogate-tiny`` needs local weights and a CUDA GPU; else
   :class:`ResourceError`.
-- A ``designer`` other than ``rules`` needs an ``llm`` config (a setting, exit status 2).
+- A ``designer`` other than ``search`` (or the older name ``rules``) needs an ``llm`` config (a setting, exit status 2).
 
 Rows the user did not ask to run (``tsc_main``'s ``paper_backbones``, a designer listed without
 an llm config) are not checked: the notebook runs and labels those rows with the reason.
@@ -29,8 +29,11 @@ from urllib.parse import urlparse
 
 from .params import ParamError
 
+NO_LLM_DESIGNERS = (None, "search", "rules")
+"""Designer names that need no LLM: the search designer (``rules`` is its former name)."""
+
 SURROGATE = "surrogate-tiny"
-"""The CPU stand-in backbone (``signal.studies.SURROGATE``), named here so that checking the
+"""The CPU stand-in backbone (``signal.backbones.SURROGATE``), named here so that checking the
 default backbone does not import torch."""
 
 CACHE_MODES = ("record", "replay", "off")
@@ -107,10 +110,10 @@ def check_settings(stem: str, params: dict[str, Any]) -> None:
         if problem:
             raise ParamError(f"notebook {stem}: parameter {where!r} {problem}")
     designer = params.get("designer")
-    if "llm" in params and params["llm"] is None and designer not in (None, "rules"):
+    if "llm" in params and params["llm"] is None and designer not in NO_LLM_DESIGNERS:
         raise ParamError(
             f"notebook {stem}: designer {designer!r} needs an llm config: add --set llm='{{backend: openai, "
-            f"base_url: ..., model: {designer}}}' (README, 'Plugging in an LLM'), or leave designer=rules to run without an LLM"
+            f"base_url: ..., model: {designer}}}' (README, 'Plugging in an LLM'), or leave designer=search to run without an LLM"
         )
 
 
@@ -174,7 +177,7 @@ def _llm_problem(cfg: dict) -> str | None:
 def _backbone_problem(backbone: str) -> str | None:
     import torch
 
-    from ..signal.studies import PAPER_BACKBONES, backbone_unavailable
+    from ..signal.backbones import PAPER_BACKBONES, backbone_unavailable
 
     reason = backbone_unavailable(backbone)
     if reason is None:

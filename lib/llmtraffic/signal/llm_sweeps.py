@@ -3,7 +3,7 @@
 ``tsc_clip`` (A.7, Figs. 11–12: ε_u), ``tsc_seeds_and_g`` (A.8–A.9, Tables 11–12: training seed
 and G), ``tsc_ppo_sensitivity`` (A.1, Tables 4–7: learning rate, GAE λ, γ, REINFORCE) and
 ``tsc_generalization`` (§4.5, Table 3) each take one base job of
-:func:`llmtraffic.signal.studies.finetune` and vary one setting. A job is the keyword dict
+:func:`llmtraffic.signal.llm_jobs.finetune` and vary one setting. A job is the keyword dict
 of ``finetune``; a setting is named by a dotted path into it: ``"ppo.clip_high"``,
 ``"oracle.reward.hurdle"``, ``"oracle.episodes"``.
 """
@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..rl.llm_ppo import PPOConfig
 from .. import study
-from . import studies
+from . import llm_jobs, llm_tables
 from .oracle import RewardConfig
 from .oracle_training import OracleConfig
 
@@ -59,34 +59,34 @@ def sweep(job: dict, path: str, levels: Sequence[Any]) -> list[dict]:
 
 
 def run_unique(jobs: Sequence[dict], executor: str = "serial", n_jobs: int | None = None) -> list[dict]:
-    """:func:`studies.finetune` for each job through :func:`llmtraffic.study.run_grid`, each distinct
+    """:func:`llm_jobs.finetune` for each job through :func:`llmtraffic.study.run_grid`, each distinct
     job once (two sweeps often share their base level); results in the order of ``jobs``."""
     keys = [json.dumps(job, sort_keys=True, default=str) for job in jobs]
     distinct = dict(zip(keys, jobs))
-    results = study.run_grid(studies.finetune, list(distinct.values()), executor=executor, jobs=n_jobs, desc="fine-tunes")
+    results = study.run_grid(llm_jobs.finetune, list(distinct.values()), executor=executor, jobs=n_jobs, desc="fine-tunes")
     by_key = dict(zip(distinct, results))
     return [by_key[k] for k in keys]
 
 
 def summary_frame(results: Sequence[dict], levels: Sequence[Any], scenario: str | None = None,
                   name: str = "level") -> pd.DataFrame:
-    """Mean metrics (:func:`studies.summarize`) of each result's evaluation on ``scenario`` (default:
+    """Mean metrics (:func:`llm_tables.summarize`) of each result's evaluation on ``scenario`` (default:
     its training intersection) per level; NaN where the backbone could not run."""
     rows = []
     for level, result in zip(levels, results):
-        after = studies.after_of(result, scenario)
-        missing = {key: float("nan") for key in studies.TABLE_COLUMNS}
-        rows.append({name: level, **(missing if "unavailable" in after else studies.summarize(after))})
+        after = llm_jobs.after_of(result, scenario)
+        missing = {key: float("nan") for key in llm_tables.METRICS}
+        rows.append({name: level, **(missing if "unavailable" in after else llm_tables.summarize(after))})
     return pd.DataFrame(rows).set_index(name)
 
 
-def spread_row(frame: pd.DataFrame, columns: Sequence[str] = tuple(studies.TABLE_COLUMNS)) -> dict[str, str]:
+def spread_row(frame: pd.DataFrame, columns: Sequence[str] = tuple(llm_tables.METRICS)) -> dict[str, str]:
     """``"mean ± std"`` (population std) over the rows of ``frame`` for each metric (Table 11's spread)."""
     out = {}
     for key in columns:
         digits = 0 if key == "throughput" else 2
         values = frame[key].astype(float)
-        out[studies.TABLE_COLUMNS[key]] = f"{values.mean():.{digits}f} ± {values.std(ddof=0):.{digits}f}"
+        out[llm_tables.METRICS[key]] = f"{values.mean():.{digits}f} ± {values.std(ddof=0):.{digits}f}"
     return out
 
 
@@ -110,15 +110,15 @@ def plot_sweep(frame: pd.DataFrame, xlabel: str, before: dict | None = None, tit
     ``frame`` is :func:`summary_frame`'s (index = level). ``before``: the backbone before
     fine-tuning, drawn as a dashed line.
     """
-    fig, axes = plt.subplots(1, len(studies.TABLE_COLUMNS), figsize=(3.4 * len(studies.TABLE_COLUMNS), 3.2))
-    ref = studies.summarize(before) if before is not None and "unavailable" not in before else None
-    for ax, key in zip(axes, studies.TABLE_COLUMNS):
+    fig, axes = plt.subplots(1, len(llm_tables.METRICS), figsize=(3.4 * len(llm_tables.METRICS), 3.2))
+    ref = llm_tables.summarize(before) if before is not None and "unavailable" not in before else None
+    for ax, key in zip(axes, llm_tables.METRICS):
         if key in frame:
             ax.plot(frame.index, frame[key], marker="o", label="after fine-tuning")
         if ref is not None and math.isfinite(ref[key]):
             ax.axhline(ref[key], ls="--", color="grey", lw=1, label="before fine-tuning")
         ax.set_xlabel(xlabel)
-        ax.set_title(studies.TABLE_COLUMNS[key])
+        ax.set_title(llm_tables.METRICS[key])
         if log_x:
             ax.set_xscale("log")
         elif len(frame.index) and all(isinstance(v, (int, float, np.number)) for v in frame.index):

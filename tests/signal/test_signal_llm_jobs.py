@@ -1,4 +1,4 @@
-"""OracleTSC notebook glue: backbones, agreement, cells and labels, the cached fine-tune job."""
+"""OracleTSC jobs and their plain tables: backbones, agreement, cells and labels, the cached fine-tune job."""
 
 import math
 
@@ -6,26 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from llmtraffic.signal import studies
-from llmtraffic.signal.studies import (
-    NEEDS_GPU,
-    SURROGATE,
-    answer_agreement,
-    backbone_unavailable,
-    evaluate_backbone,
-    finetune,
-    metric_cells,
-    pool,
-    ppo_config,
-    after_of,
-    agreement_table,
-    results_table,
-    reward_label,
-    table8_hurdle,
-    share_above,
-    traces_table,
-    summarize,
-)
+from llmtraffic.signal import llm_jobs
+from llmtraffic.signal.backbones import NEEDS_GPU, SURROGATE, backbone_unavailable, ppo_config, table8_hurdle
+from llmtraffic.signal.llm_jobs import after_of, answer_agreement, evaluate_backbone, finetune, pool
+from llmtraffic.signal.llm_tables import (agreement_table, change_cells, change_text, results_table, reward_label,
+                                          share_above, summarize, traces_table)
 
 TINY = {"collect_seeds": [1000], "episode_s": 300, "steps": 0, "hidden": 32}
 """An unsupervised tiny surrogate: enough to exercise the job quickly."""
@@ -57,10 +42,14 @@ def test_summary_cells_and_share_above():
     s = summarize(before)
     assert s["queue"] == 25 and s["deadlocks"] == 1 and s["runs"] == 2 and s["invalid_rate"] == pytest.approx(0.05)
     assert s["modal_share"] == 0.75 and s["entropy"] == pytest.approx(math.log(2) / 2)
-    cells = metric_cells(after, before)
+    cells = change_cells(after, before)
     assert cells == {"Travel Time": "90.00 (−25%)", "Queue": "12.00 (−52%)", "Delay": "0.40 (−33%)",
                      "Throughput": "1205 (+15%)", "Invalid answers": "0.0%", "Deadlocks": "0/2"}
-    assert metric_cells(before)["Queue"] == "25.00" and metric_cells(before)["Invalid answers"] == "5.0%"
+    assert change_text(after, before) == "queue 12.00 vs 25.00 (-52 %), invalid answers 0.0 %"
+    assert change_text({"unavailable": NEEDS_GPU}, before) == f"not run ({NEEDS_GPU})"
+    broken = {"runs": [{**r, "invalid_rate": 1.0} for r in after["runs"]]}
+    assert change_text(broken, before).startswith("n/a (100 % invalid answers")
+    assert change_cells(before)["Queue"] == "25.00" and change_cells(before)["Invalid answers"] == "5.0%"
     assert share_above(before, 2.5) == 0.5  # 3 and 5 of [0, 3, -1, 5]
     table = results_table({"base": (before, None), "tuned": (after, before), "8B": ({"unavailable": NEEDS_GPU}, None)})
     assert table.loc["tuned", "Queue"] == "12.00 (−52%)" and table.loc["base", "Queue"] == "25.00"
@@ -112,6 +101,8 @@ def test_finetune_job_runs_caches_and_reports(monkeypatch):
     kwargs = dict(oracle=oracle, eval_seeds=[7, 8], select_seed=5, ppo={"group_size": 2}, surrogate=TINY, probe_every=12)
     out = finetune(SURROGATE, "synthetic", **kwargs)
     assert [e["updates"] for e in out["training"]] == [2]
+    [stats] = out["training"]
+    assert len(stats["update_stats"]) == 2 and all(0 <= u["clip_frac"] <= 1 and u["kl"] >= 0 for u in stats["update_stats"])
     assert [r["checkpoint"] for r in out["selection"]] == ["ep0_t00180.pt", "ep0_t00360.pt"]
     best = min(out["selection"], key=lambda r: (r["deadlock"], r["queue"]))
     assert out["best_checkpoint"].endswith(best["checkpoint"])
@@ -133,7 +124,7 @@ def test_finetune_job_runs_caches_and_reports(monkeypatch):
     def must_not_train(*args, **kw):
         raise AssertionError("a cached fine-tune was trained again")
 
-    monkeypatch.setattr(studies, "train", must_not_train)
+    monkeypatch.setattr(llm_jobs, "train", must_not_train)
     again = finetune(SURROGATE, "synthetic", **kwargs)
     assert again["after"]["synthetic"]["runs"] == evaluation["runs"]
 
@@ -151,7 +142,7 @@ def test_one_checkpoint_is_used_without_a_selection_episode(monkeypatch):
     def no_selection(*args, **kw):
         raise AssertionError("select_best ran with a single checkpoint")
 
-    monkeypatch.setattr(studies, "select_best", no_selection)
+    monkeypatch.setattr(llm_jobs, "select_best", no_selection)
     oracle = {"episodes": 1, "episode_s": 180, "update_every_s": 180, "checkpoint_every_s": 180}
     out = finetune(SURROGATE, "synthetic", oracle, [7], ppo={"group_size": 2}, surrogate=TINY)
     assert out["selection"] == [] and out["best_checkpoint"].endswith("ep0_t00180.pt")

@@ -3,9 +3,9 @@
 import pandas as pd
 import pytest
 
-from llmtraffic.signal import studies
-from llmtraffic.signal.studies import NEEDS_GPU, SURROGATE
-from llmtraffic.signal.sweeps import plot_sweep, run_unique, spread_row, summary_frame, sweep, training_table, with_setting
+from llmtraffic.signal import llm_jobs
+from llmtraffic.signal.backbones import NEEDS_GPU, SURROGATE
+from llmtraffic.signal.llm_sweeps import plot_sweep, run_unique, spread_row, summary_frame, sweep, training_table, with_setting
 
 TINY = {"collect_seeds": [1000], "episode_s": 300, "steps": 0, "hidden": 32}
 
@@ -64,13 +64,13 @@ def test_a_sweep_runs_one_cached_fine_tune_per_level(monkeypatch):
                 ppo={"group_size": 2})
     jobs = sweep(base, "ppo.clip_high", [0.2, 0.5]) + sweep(base, "ppo.clip_high", [0.5])
     calls = []
-    finetune = studies.finetune
+    finetune = llm_jobs.finetune
 
     def counted(**job):
         calls.append(job)
         return finetune(**job)
 
-    monkeypatch.setattr(studies, "finetune", counted)
+    monkeypatch.setattr(llm_jobs, "finetune", counted)
     results = run_unique(jobs)
     assert len(calls) == 2, "the repeated level ran twice"
     assert results[2] is results[1]
@@ -81,6 +81,6 @@ def test_a_sweep_runs_one_cached_fine_tune_per_level(monkeypatch):
     def must_not_train(*args, **kw):
         raise AssertionError("a cached level was trained again")
 
-    monkeypatch.setattr(studies, "train", must_not_train)
-    monkeypatch.setattr(studies, "finetune", finetune)
+    monkeypatch.setattr(llm_jobs, "train", must_not_train)
+    monkeypatch.setattr(llm_jobs, "finetune", finetune)
     assert run_unique(jobs)[1]["after"] == results[1]["after"]

@@ -1,0 +1,208 @@
+"""The OracleTSC backbones: which can run here, their PPO and decoding settings, loading them.
+
+``surrogate-tiny`` (:mod:`.surrogate`) always runs. The paper's backbones (§4.1.4: Qwen3-0.6B,
+Qwen3-8B, LLaMA3-8B-Instruct) need their weights in the local Hugging Face cache and a GPU; a
+local folder holding any causal LM with a chat template runs on the GPU if there is one, else on
+the CPU (tests use tiny ones).
+
+Decoding follows each backbone's own generation config (temperature, top-p, top-k), as the
+paper does (§4.1.4: "the decoding hyperparameters recommended by each model's authors").
+Qwen3's thinking mode is off unless ``PPOConfig.thinking`` asks for it (with at least
+``THINKING_MIN_NEW_TOKENS`` new tokens, so the thinking block leaves room for the answer tag).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import study
+from ..rl.llm_ppo import LMPolicy, PPOConfig, load_policy_model, torch_threads
+from .oracle_training import Prompter, chat_prompter
+from .state import IntersectionState
+from .surrogate import SurrogateConfig, compact_prompt, load_surrogate, surrogate_params, surrogate_ppo_config, train_surrogate
+
+SURROGATE = "surrogate-tiny"
+"""The CPU stand-in backbone (:mod:`.surrogate`)."""
+
+NEEDS_GPU = "needs local weights and a GPU (paper profile)"
+"""Why a paper backbone cannot run here."""
+
+PAPER_BACKBONES = {
+    "Qwen3-0.6B": "Qwen/Qwen3-0.6B",
+    "Qwen3-8B": "Qwen/Qwen3-8B",
+    "LLaMA3-8B": "meta-llama/Meta-Llama-3-8B-Instruct",
+}
+"""Table 1's backbones (§4.1.4) → Hugging Face model ids looked up in the local cache."""
+
+TABLE8 = {
+    ("Qwen3-0.6B", "hangzhou1x1"): dict(actor_lr=2.5e-5, actor_weight_decay=1e-6, clip_low=0.2, clip_high=0.5, hurdle=3.7),
+    ("Qwen3-0.6B", "cologne1"): dict(actor_lr=2.5e-5, actor_weight_decay=1e-6, clip_low=0.2, clip_high=0.2, hurdle=2.7),
+    ("Qwen3-8B", "hangzhou1x1"): dict(actor_lr=3.0e-5, actor_weight_decay=8e-7, clip_low=0.2, clip_high=0.2, hurdle=3.1),
+    ("Qwen3-8B", "cologne1"): dict(actor_lr=2.5e-5, actor_weight_decay=1e-6, clip_low=0.2, clip_high=0.2, hurdle=3.0),
+    ("LLaMA3-8B", "hangzhou1x1"): dict(actor_lr=2.5e-5, actor_weight_decay=1e-6, clip_low=0.2, clip_high=0.5, hurdle=3.0),
+    ("LLaMA3-8B", "cologne1"): dict(actor_lr=2.5e-5, actor_weight_decay=1e-6, clip_low=0.2, clip_high=0.2, hurdle=3.7),
+}
+"""A.2 Table 8: per backbone and intersection, the actor's learning rate and weight decay, the
+clip bounds ε_l, ε_u (eq. 16) and the hurdle H_R (eq. 8) (CityFlow1x1 = ``hangzhou1x1``)."""
+
+THINKING_MIN_NEW_TOKENS = 2048
+"""Fewest new tokens allowed with a thinking mode on: Qwen3's thinking on a prompt of this size
+runs to hundreds or thousands of tokens before the ``<signal>`` tag."""
+
+TORCH_THREADS = 1
+"""Torch threads while a job runs: the surrogate's batches are too small to gain from more, and
+on a shared, loaded 2-core CPU two spinning threads made the surrogate's pre-training 20× and
+a fine-tune job ~10× slower (measured)."""
+
+
+def hf_path(backbone: str) -> Path | None:
+    """A local folder for ``backbone`` (a path, a Table 1 name or a model id), or None."""
+    if Path(backbone).is_dir():
+        return Path(backbone)
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(PAPER_BACKBONES.get(backbone, backbone), local_files_only=True))
+    except Exception:  # not cached, not a valid id, no hub metadata: all mean "not here"
+        return None
+
+
+def backbone_unavailable(backbone: str) -> str | None:
+    """Why ``backbone`` cannot be fine-tuned here (``NEEDS_GPU``), or None if it can."""
+    if backbone == SURROGATE or Path(backbone).is_dir():
+        return None
+    if not torch.cuda.is_available() or hf_path(backbone) is None:
+        return NEEDS_GPU
+    return None
+
+
+def table8_hurdle(backbone: str, scenario: str, default: float) -> float:
+    """H_R of Table 8 for a paper backbone on a LibSignal intersection, else ``default``."""
+    return TABLE8.get((backbone, scenario), {}).get("hurdle", default)
+
+
+def decoding_defaults(path: str | Path | None) -> dict[str, Any]:
+    """``temperature``, ``top_p``, ``top_k`` from the backbone's ``generation_config.json``
+    (greedy, temperature 0, when it says ``do_sample: false``); empty without one."""
+    if path is None or not (Path(path) / "generation_config.json").exists():
+        return {}
+    from transformers import GenerationConfig
+
+    gen = GenerationConfig.from_pretrained(path)
+    if not gen.do_sample:
+        return {"temperature": 0.0}
+    out = {"temperature": gen.temperature, "top_p": gen.top_p, "top_k": gen.top_k}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def ppo_config(backbone: str, scenario: str, **overrides: Any) -> PPOConfig:
+    """PPO settings for a backbone: the surrogate's, or for any other Table 8's (4-bit NF4 base)
+    with the backbone's own decoding settings; ``overrides`` win over both."""
+    if backbone == SURROGATE:
+        return surrogate_ppo_config(**overrides)
+    table8 = {k: v for k, v in TABLE8.get((backbone, scenario), {}).items() if k != "hurdle"}
+    decoding = decoding_defaults(hf_path(backbone))
+    return PPOConfig(**{"load_in_4bit": True, **decoding, **table8, **overrides})
+
+
+def surrogate_artifact(scenario: str = "cologne1", **overrides: Any):
+    """The surrogate pre-trained on ``scenario``'s states (cached, kind ``tsc_surrogate``)."""
+    cfg = SurrogateConfig(**{"scenario": scenario, **overrides})
+
+    def build():
+        with torch_threads(TORCH_THREADS):
+            return train_surrogate(cfg)
+
+    return study.cached("tsc_surrogate", surrogate_params(cfg), build)
+
+
+def surrogate_prompter(state: IntersectionState, history) -> str:
+    """The surrogate reads the compact state only (it has no memory of earlier decisions)."""
+    return compact_prompt(state)
+
+
+def load_backbone(backbone: str, scenario: str, ppo: dict | None = None,
+                  surrogate: dict | None = None) -> tuple[LMPolicy, Prompter]:
+    """A fresh policy (LoRA adapters initialised to a zero update) and its prompt builder.
+
+    ``surrogate`` overrides :class:`SurrogateConfig` fields (its ``scenario`` defaults to
+    ``scenario``); it is ignored for other backbones. A tokenizer without a pad token (LLaMA-3)
+    pads with its EOS (:func:`llmtraffic.rl.llm_ppo.pad_token_id`).
+    """
+    reason = backbone_unavailable(backbone)
+    if reason:
+        raise RuntimeError(f"backbone {backbone!r}: {reason}")
+    cfg = ppo_config(backbone, scenario, **(ppo or {}))
+    if backbone == SURROGATE:
+        if cfg.thinking:
+            raise ValueError("PPOConfig.thinking: surrogate-tiny has no thinking mode")
+        model, tok = load_surrogate(surrogate_artifact(**{"scenario": scenario, **(surrogate or {})}))
+        return LMPolicy(model, tok, cfg), surrogate_prompter
+    if cfg.thinking and cfg.max_new_tokens < THINKING_MIN_NEW_TOKENS:
+        raise ValueError(f"PPOConfig.thinking needs max_new_tokens >= {THINKING_MIN_NEW_TOKENS} so the "
+                         f"thinking block leaves room for the answer tag; got {cfg.max_new_tokens}")
+    from transformers import AutoTokenizer
+
+    path = hf_path(backbone)
+    tok = AutoTokenizer.from_pretrained(path)
+    prompter = chat_prompter(tok, thinking=cfg.thinking)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_policy_model(str(path), cfg.load_in_4bit, device=device)
+    return LMPolicy(model, tok, cfg), prompter
+
+
+def backbone_params(backbone: str, scenario: str, ppo: dict | None, surrogate: dict | None) -> dict:
+    """What identifies a starting policy (cache key part; ``study.cached`` adds the digest of the
+    code the job imports)."""
+    params: dict[str, Any] = {"backbone": backbone, "ppo": asdict(ppo_config(backbone, scenario, **(ppo or {})))}
+    if backbone == SURROGATE:
+        params["surrogate"] = surrogate_params(SurrogateConfig(**{"scenario": scenario, **(surrogate or {})}))
+    return json.loads(json.dumps(params))
+
+
+
+# ----------------------------------------------------------------------------- prompt lengths
+
+CHARS_PER_TOKEN = 3.5
+"""Assumed characters per token where no backbone tokenizer is at hand (typical of English BPE
+vocabularies of 128k–152k entries on text with small numbers; not measured here)."""
+
+
+def episode_messages(scenario: str, decisions: int = 12, seed: int = 0) -> list[list[dict]]:
+    """The paper's chat messages (A.4 system prompt, A.5 states with the two most recent
+    state–action pairs, §3.1) at each of the first ``decisions`` decisions of an episode of
+    ``scenario`` played by the max-queue heuristic."""
+    from .controls import MaxQueueController
+    from .env import SignalConfig, SignalEnv
+    from .prompt import messages
+
+    if decisions < 1:
+        raise ValueError(f"decisions must be >= 1, got {decisions}")
+    out, history, controller = [], [], MaxQueueController()
+    with SignalEnv(scenario, SignalConfig(episode_s=10 * decisions), seed=seed) as env:
+        _, info = env.reset(seed=seed)
+        for _ in range(decisions):
+            state = info["state"]
+            out.append(messages(state, history[-2:]))
+            action = controller.act(state)
+            history.append((state, action))
+            _, _, term, trunc, info = env.step(action)
+            if term or trunc:
+                break
+    return out
+
+
+def prompt_tokens(chat: list[dict], tokenizer=None) -> tuple[int, str]:
+    """Length of one prompt in tokens and how it was counted: with ``tokenizer``'s chat template
+    (generation prompt included), else from the characters at :data:`CHARS_PER_TOKEN`."""
+    if tokenizer is not None:
+        ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False)
+        return len(ids), "tokenizer"
+    chars = sum(len(m["content"]) for m in chat)
+    return math.ceil(chars / CHARS_PER_TOKEN), f"assumed {CHARS_PER_TOKEN:g} characters per token"

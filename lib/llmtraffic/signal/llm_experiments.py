@@ -1,0 +1,93 @@
+"""Experiment jobs of the OracleTSC notebooks: named table rows, each over agent seeds.
+
+A :class:`Row` is one line of Table 1 or 2 (or one point of Figs. 8–9): a pooled evaluation
+over ``agent_seeds`` × ``eval_seeds`` (or the reason it could not run) and the fine-tune results
+behind it. :func:`finetune_rows` runs every distinct fine-tune of a table once through
+:func:`llmtraffic.study.run_grid`, so two rows that are the same job say so (``same_as``)
+instead of appearing as two runs. Agent seed ``s`` trains on SUMO episodes
+``AGENT_SEED_STRIDE·s + e`` (episode ``e``) and seeds PPO (adapters, value head, sampling) with
+``s``; the pre-trained backbone is the same for every agent seed, as a real LLM would be.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .. import study
+from .controls import GREEDY_BEFORE, MAX_QUEUE, RANDOM_REWARD, greedy, heuristic_evaluation, random_reward_oracle
+from .llm_jobs import after_of, evaluate_backbone, finetune, pool
+
+AGENT_SEED_STRIDE = 10
+"""Agent seed s trains on SUMO seeds 10·s, 10·s + 1, … (fewer than 10 episodes per run), apart
+from the selection (50) and evaluation (100+) seeds."""
+
+
+@dataclass
+class Row:
+    """One table row: a pooled evaluation, or the reason there is none."""
+
+    name: str
+    evaluation: dict
+    """Pooled over agent seeds × eval seeds (see :func:`llmtraffic.signal.llm_jobs.pool`), or
+    ``{"unavailable": reason}``."""
+    results: list[dict] = field(default_factory=list)
+    """The fine-tune result of each agent seed (training curves, checkpoint selection)."""
+    same_as: str = ""
+    """The name of an earlier row that is the very same job (shared, not a second run)."""
+
+    @property
+    def unavailable(self) -> str:
+        return self.evaluation.get("unavailable", "")
+
+
+def agent_job(spec: dict, agent_seed: int) -> dict:
+    """:func:`~llmtraffic.signal.llm_jobs.finetune` keyword arguments of ``spec`` for one agent seed."""
+    oracle = {**spec["oracle"], "train_seed": AGENT_SEED_STRIDE * agent_seed, "seed": agent_seed}
+    return {**spec, "oracle": oracle, "ppo": {**(spec.get("ppo") or {}), "seed": agent_seed}}
+
+
+def _key(job: dict) -> str:
+    return json.dumps(job, sort_keys=True, default=str)
+
+
+def finetune_rows(specs: dict[str, dict], agent_seeds: Sequence[int], executor: str = "serial",
+                  jobs: int | None = None) -> dict[str, Row]:
+    """Rows of fine-tunes: ``specs`` maps a row name to ``finetune`` keyword arguments (without
+    the agent-seed parts); each distinct job runs once, in one grid."""
+    if not agent_seeds:
+        raise ValueError("finetune_rows: agent_seeds is empty")
+    per_row = {name: [agent_job(spec, s) for s in agent_seeds] for name, spec in specs.items()}
+    distinct = {_key(j): j for js in per_row.values() for j in js}
+    results = dict(zip(distinct, study.run_grid(finetune, list(distinct.values()), executor=executor, jobs=jobs,
+                                                 desc="fine-tunes")))
+    rows, first = {}, {}
+    for name, js in per_row.items():
+        signature = tuple(_key(j) for j in js)
+        outs = [results[_key(j)] for j in js]
+        rows[name] = Row(name, pool([after_of(r) for r in outs], agent_seeds), outs, first.get(signature, ""))
+        first.setdefault(signature, name)
+    return rows
+
+
+def before_row(name: str, backbone: str, scenario: str, eval_seeds: Sequence[int], episode_s: int,
+               ppo: dict | None = None, surrogate: dict | None = None) -> Row:
+    """The backbone before fine-tuning at its own decoding settings."""
+    return Row(name, evaluate_backbone(backbone, scenario, eval_seeds, episode_s, ppo, surrogate))
+
+
+def control_rows(spec: dict, agent_seeds: Sequence[int], episode_s: int, executor: str = "serial",
+                 jobs: int | None = None) -> dict[str, Row]:
+    """The three control rows (:mod:`.controls`) for the fine-tune ``spec`` of the plain reward."""
+    rows = finetune_rows({RANDOM_REWARD: {**spec, "oracle": random_reward_oracle(spec["oracle"])}}, agent_seeds,
+                         executor, jobs)
+    rows[GREEDY_BEFORE] = before_row(GREEDY_BEFORE, spec["backbone"], spec["scenario"], spec["eval_seeds"], episode_s,
+                                     greedy(spec.get("ppo")), spec.get("surrogate"))
+    rows[MAX_QUEUE] = Row(MAX_QUEUE, heuristic_evaluation(spec["scenario"], spec["eval_seeds"], episode_s))
+    return rows
+
+
+def training_curves(row: Row, key: str = "queue") -> list[list[float]]:
+    """``key`` of each training episode, one list per agent seed (Fig. 8 as curves over episodes)."""
+    return [[e[key] for e in r["training"]] for r in row.results if "training" in r]

@@ -1,0 +1,207 @@
+"""Cached OracleTSC jobs: a backbone before fine-tuning, and fine-tune → select → evaluate (§4.1.3, Alg. 1).
+
+Every ``tsc_*`` LLM notebook runs these two jobs (through :mod:`.llm_experiments`, which names
+table rows and pools agent seeds): :func:`evaluate_backbone` (cached, kind ``tsc_before``) and
+:func:`finetune` (cached, kind ``tsc_finetune``, resumable checkpoints). Keyword arguments are
+JSON-safe so results cache; a backbone that cannot run here gives ``{"unavailable": reason}``.
+
+An *evaluation* (both ``evaluate_backbone`` and each entry of ``finetune(...)["after"]``) is::
+
+    {"scenario": str, "episode_s": int,
+     "runs": [{"seed", "travel_time_s", "travel_time_all_s", "queue", "delay", "throughput",
+               "deadlock", "deadlock_time_s", "invalid_rate", "queue_series": [...],
+               "r_env": [...]}],                # eq. 7 per decision, for Fig. 4
+     "agreement": [{"seed", "decision", "modal_share", "distinct", "entropy", "invalid"}],
+     "traces": [{"decision", "prompt", "answers": [G texts], "phases": [G mnemonics or None]}]}
+
+``agreement`` is the seed's Q3 (cross-answer agreement; with ``text_entropy``, the same over identical texts): every ``probe_every``-th decision of
+each evaluation episode, G fresh answers to the same prompt (a generator apart from the one
+that drives the episode, so the episode itself is unchanged), with the share naming the most
+common phase, the number of distinct phases, and their discrete semantic entropy in nats
+(eq. 13's frequencies; an answer without a valid phase is its own class). ``traces`` keeps the
+G answers of the first three probes of the first seed (Listings 1–2).
+
+``finetune(...)`` returns ``{"params", "training": [per-episode stats], "selection": [per
+checkpoint; empty when there was only one], "best_checkpoint": str, "after": {scenario: evaluation}}``, or
+``{"params", "unavailable": reason}`` when the backbone cannot run here (never cached).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+
+import numpy as np
+
+from .. import study
+from ..study.cache import work_dir
+from ..rl.llm_ppo import LMPolicy, torch_threads
+from .backbones import TORCH_THREADS, backbone_params, backbone_unavailable, load_backbone
+from .evaluation import COLUMNS, evaluate
+from .oracle_training import LLMController, OracleConfig, Prompter, select_best, train
+from .prompt import parse_phase
+from .state import IntersectionState
+
+TRACE_PROBES = 3
+"""Probes of the first evaluation seed whose G answers are kept as reasoning traces."""
+
+
+class _RecordingController(LLMController):
+    """:class:`LLMController` that also keeps each state it saw (for R_env and probes)."""
+
+    def reset(self, seed: int) -> None:
+        super().reset(seed)
+        self.states: list[IntersectionState] = []
+
+    def act(self, state: IntersectionState) -> int:
+        self.states.append(state)
+        return super().act(state)
+
+
+def _entropy(labels: Sequence) -> float:
+    """−Σ p log p (nats) of the frequencies of the distinct labels."""
+    _, counts = np.unique(np.array(labels, dtype=object).astype(str), return_counts=True)
+    p = counts / counts.sum()
+    return float(-(p * np.log(p)).sum()) + 0.0
+
+
+def answer_agreement(phases: Sequence[int | None], texts: Sequence[str] | None = None) -> dict[str, float]:
+    """Cross-answer agreement of G extracted phases (None = no valid phase, its own class).
+
+    ``modal_share``: share of answers naming the most common class; ``distinct``: number of
+    classes; ``entropy``: discrete semantic entropy −Σ p log p (nats) of the class frequencies;
+    ``invalid``: share of answers without a valid phase; with ``texts``, ``text_entropy``: the
+    same over identical answer texts (token-level clusters; ≥ the semantic entropy).
+    """
+    if not phases:
+        raise ValueError("answer_agreement: no answers")
+    classes = [-1 if p is None else p for p in phases]
+    _, counts = np.unique(np.array(classes), return_counts=True)
+    out = {"modal_share": float(counts.max() / counts.sum()), "distinct": int(len(counts)),
+           "entropy": _entropy(classes), "invalid": float(sum(x is None for x in phases) / len(phases))}
+    if texts is not None:
+        out["text_entropy"] = _entropy(texts)
+    return out
+
+
+def evaluate_run(policy: LMPolicy, prompter: Prompter, scenario: str, eval_seeds: Sequence[int],
+                 episode_s: int = 3600, probe_every: int = 10, label: str = "llm") -> dict:
+    """One evaluation (see the module docstring): metrics per seed, R_env per decision,
+    cross-answer agreement every ``probe_every`` decisions, traces of the first seed."""
+    if probe_every < 1:
+        raise ValueError(f"probe_every must be >= 1, got {probe_every}")
+    runs, agreement, traces = [], [], []
+    for seed in eval_seeds:
+        controller = _RecordingController(policy, prompter, label)
+        result = evaluate(scenario, controller, seed=seed, episode_s=episode_s)
+        states = controller.states
+        r_env = [float(a.total_queue - b.total_queue) for a, b in zip(states, states[1:])]
+        runs.append({"seed": seed, **{k: result[k] for k in (*COLUMNS, "deadlock", "deadlock_time_s")},
+                     "invalid_rate": controller.invalid / max(controller.decisions, 1),
+                     "queue_series": list(result["queue_series"]), "r_env": r_env})
+        rng = np.random.default_rng([seed, 11])
+        for decision in range(0, len(states), probe_every):
+            prompt, state = controller.traces[decision][0], states[decision]
+            texts, _ = policy.sample(prompt, rng=rng, record=False)
+            phases = [parse_phase(t, state.phases) for t in texts]
+            agreement.append({"seed": seed, "decision": decision, **answer_agreement(phases, texts)})
+            if seed == eval_seeds[0] and len(traces) < TRACE_PROBES:
+                traces.append({"decision": decision, "prompt": prompt, "answers": texts,
+                               "phases": [None if p is None else state.phases[p].mnemonic for p in phases]})
+    return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": agreement, "traces": traces}
+
+
+def evaluate_backbone(backbone: str, scenario: str, eval_seeds: Sequence[int], episode_s: int = 3600,
+                      ppo: dict | None = None, surrogate: dict | None = None, probe_every: int = 10) -> dict:
+    """The backbone before fine-tuning on ``scenario`` (cached, kind ``tsc_before``).
+
+    Returns an evaluation, or ``{"unavailable": reason}`` (not cached). ``surrogate`` may name
+    another ``scenario`` to evaluate a surrogate pre-trained elsewhere (Table 3).
+    """
+    reason = backbone_unavailable(backbone)
+    if reason:
+        return {"scenario": scenario, "unavailable": reason}
+    params = {**backbone_params(backbone, scenario, ppo, surrogate), "scenario": scenario,
+              "eval_seeds": list(eval_seeds), "episode_s": episode_s, "probe_every": probe_every}
+
+    def build() -> dict:
+        with torch_threads(TORCH_THREADS):
+            policy, prompter = load_backbone(backbone, scenario, ppo, surrogate)
+            return evaluate_run(policy, prompter, scenario, eval_seeds, episode_s, probe_every, backbone)
+
+    return study.cached("tsc_before", params, build)
+
+
+# ----------------------------------------------------------------------------- fine-tuning
+
+
+def finetune(backbone: str, scenario: str, oracle: dict, eval_seeds: Sequence[int], select_seed: int = 50,
+             ppo: dict | None = None, surrogate: dict | None = None, eval_scenarios: Sequence[str] | None = None,
+             eval_episode_s: int | None = None, probe_every: int = 10) -> dict:
+    """Fine-tune ``backbone`` on ``scenario`` with PPO (Alg. 1), select the best checkpoint on the
+    held-out episode ``select_seed`` (§4.1.3), evaluate it on ``eval_seeds`` of each of
+    ``eval_scenarios`` (default: ``scenario``). Cached (kind ``tsc_finetune``); checkpoints live
+    in the artifact's own cache folder (``study.cache.work_dir``) so a killed run resumes.
+
+    ``oracle``: :class:`OracleConfig` fields except ``scenario`` (e.g. ``episodes``,
+    ``episode_s``, ``reward={"hurdle": 2.7, "entropy": "softmax", "tau": 0}``,
+    ``update_every_s``, ``checkpoint_every_s``, ``random_reward_std``).
+    """
+    cfg = OracleConfig(**{**oracle, "scenario": scenario})
+    eval_episode_s = eval_episode_s or cfg.episode_s
+    eval_scenarios = list(eval_scenarios or [scenario])
+    params = {**backbone_params(backbone, scenario, ppo, surrogate), "oracle": json.loads(json.dumps(asdict(cfg))),
+              "eval_seeds": list(eval_seeds), "select_seed": select_seed, "eval_scenarios": eval_scenarios,
+              "eval_episode_s": eval_episode_s, "probe_every": probe_every}
+    reason = backbone_unavailable(backbone)
+    if reason:
+        return {"params": params, "unavailable": reason}
+
+    def build() -> dict:
+        with torch_threads(TORCH_THREADS):
+            policy, prompter = load_backbone(backbone, scenario, ppo, surrogate)
+            out = work_dir()  # checkpoints beside the artifact: a killed build resumes from them
+            trained = train(policy, prompter, cfg, out)
+            checkpoints = trained["checkpoints"]
+            if len(checkpoints) == 1:  # one candidate: nothing to select, no held-out episode spent
+                best, selection = checkpoints[0], []
+                policy.load(best)
+            else:
+                best, selection = select_best(policy, prompter, checkpoints, scenario, select_seed, eval_episode_s)
+            after = {sc: evaluate_run(policy, prompter, sc, eval_seeds, eval_episode_s, probe_every, backbone)
+                     for sc in eval_scenarios}
+            return {"params": params, "training": trained["episodes"], "selection": selection,
+                    "best_checkpoint": str(best), "after": after}
+
+    return study.cached("tsc_finetune", params, build)
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def after_of(result: dict, scenario: str | None = None) -> dict:
+    """The evaluation of a :func:`finetune` result on ``scenario`` (default: its training
+    scenario), or ``{"unavailable": reason}`` as the result says."""
+    if "unavailable" in result:
+        return {"unavailable": result["unavailable"]}
+    return result["after"][scenario or result["params"]["oracle"]["scenario"]]
+
+
+def pool(evaluations: Sequence[dict], agent_seeds: Sequence[int] | None = None) -> dict:
+    """One evaluation from several (e.g. one per training seed): runs, probes and traces pooled;
+    ``{"unavailable": reason}`` if any of them is. ``agent_seeds`` (one per evaluation) tags each
+    run with the training seed it came from, so paired differences match runs of equal seeds."""
+    for evaluation in evaluations:
+        if "unavailable" in evaluation:
+            return {"unavailable": evaluation["unavailable"]}
+    if not evaluations:
+        raise ValueError("pool: no evaluations")
+    if agent_seeds is not None and len(agent_seeds) != len(evaluations):
+        raise ValueError(f"pool: {len(agent_seeds)} agent seeds for {len(evaluations)} evaluations")
+    tags = agent_seeds if agent_seeds is not None else [None] * len(evaluations)
+    first = evaluations[0]
+    return {"scenario": first["scenario"], "episode_s": first["episode_s"],
+            "runs": [r if a is None else {**r, "agent_seed": a} for e, a in zip(evaluations, tags) for r in e["runs"]],
+            "agreement": [a for e in evaluations for a in e["agreement"]],
+            "traces": [t for e in evaluations for t in e["traces"]]}

@@ -1,0 +1,37 @@
+"""Experiment rows: agent seeds, shared jobs named as such, the control rows' jobs."""
+
+import pytest
+
+from llmtraffic.signal import llm_experiments
+from llmtraffic.signal.controls import RANDOM_REWARD
+from llmtraffic.signal.llm_experiments import AGENT_SEED_STRIDE, agent_job, finetune_rows
+
+
+def test_agent_job_seeds_training_episodes_and_ppo():
+    spec = {"backbone": "b", "scenario": "s", "oracle": {"episodes": 3}, "ppo": {"group_size": 4}, "eval_seeds": [100]}
+    job = agent_job(spec, 2)
+    assert job["oracle"] == {"episodes": 3, "train_seed": 2 * AGENT_SEED_STRIDE, "seed": 2}
+    assert job["ppo"] == {"group_size": 4, "seed": 2} and spec["ppo"] == {"group_size": 4}  # the spec is left alone
+
+
+def test_rows_run_each_distinct_job_once_and_name_shared_ones(monkeypatch):
+    calls = []
+
+    def fake_finetune(backbone, scenario, oracle, eval_seeds, select_seed=50, ppo=None, surrogate=None):
+        calls.append((oracle["reward"].get("hurdle", 0), oracle["seed"]))
+        runs = [{"seed": s, "queue": 10 + oracle["seed"], "deadlock": False} for s in eval_seeds]
+        return {"params": {"oracle": {"scenario": scenario}}, "training": [{"queue": 1.0}, {"queue": 0.5}],
+                "after": {scenario: {"scenario": scenario, "episode_s": 10, "runs": runs, "agreement": [], "traces": []}}}
+
+    monkeypatch.setattr(llm_experiments, "finetune", fake_finetune)
+    spec = {"backbone": "b", "scenario": "s", "eval_seeds": [100, 101], "oracle": {"reward": {}}}
+    rows = finetune_rows({"R_env": spec, "Fig. 9, H_R = 0": spec, "hurdle": {**spec, "oracle": {"reward": {"hurdle": 2}}}},
+                         agent_seeds=[0, 1])
+    assert sorted(calls) == [(0, 0), (0, 1), (2, 0), (2, 1)]  # the shared row did not train again
+    assert rows["Fig. 9, H_R = 0"].same_as == "R_env" and rows["R_env"].same_as == "" and rows["hurdle"].same_as == ""
+    runs = rows["R_env"].evaluation["runs"]
+    assert [(r["agent_seed"], r["seed"], r["queue"]) for r in runs] == [(0, 100, 10), (0, 101, 10), (1, 100, 11), (1, 101, 11)]
+    assert llm_experiments.training_curves(rows["hurdle"]) == [[1.0, 0.5], [1.0, 0.5]]
+    with pytest.raises(ValueError, match="agent_seeds is empty"):
+        finetune_rows({"x": spec}, [])
+    assert RANDOM_REWARD == "PPO, random reward"

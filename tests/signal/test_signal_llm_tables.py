@@ -1,0 +1,73 @@
+"""Control rows and CI tables of the OracleTSC notebooks, on hand-computed cases."""
+
+import math
+
+import pytest
+from scipy import stats
+
+from llmtraffic.signal.controls import (MaxQueueController, classic_evaluation, greedy, heuristic_evaluation,
+                                       random_reward_oracle)
+from llmtraffic.signal.llm_tables import ci_table, comparison, difference_cell, incomparable, paired
+from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
+from llmtraffic.signal.llm_jobs import pool
+
+
+def _runs(queues, seeds=(100, 101), jam=(), invalid=0.0):
+    return {"scenario": "x", "episode_s": 10, "agreement": [], "traces": [],
+            "runs": [{"seed": s, "queue": q, "travel_time_s": 10 * q, "delay": 0.5, "throughput": 100,
+                      "deadlock": i in jam, "invalid_rate": invalid} for i, (s, q) in enumerate(zip(seeds, queues))]}
+
+
+def test_paired_difference_matches_agent_and_eval_seeds_by_hand():
+    plain = pool([_runs([10, 12]), _runs([14, 16])], agent_seeds=[0, 1])
+    shaped = pool([_runs([13, 9]), _runs([10, 12])][::-1], agent_seeds=[1, 0])  # listed in another order
+    d = paired(shaped, plain, "queue")
+    diffs = [10 - 10, 12 - 12, 13 - 14, 9 - 16]  # (0,100), (0,101), (1,100), (1,101)
+    mean, sd = sum(diffs) / 4, math.sqrt(sum((x - sum(diffs) / 4) ** 2 for x in diffs) / 3)
+    assert d.mean == pytest.approx(100 * mean / 13)
+    assert d.half_width == pytest.approx(100 * stats.t.ppf(0.975, 3) * sd / 2 / 13)
+    before = _runs([20, 30])  # untrained: matched on the eval seed alone
+    assert paired(plain, before, "queue", relative=False).mean == pytest.approx((-10 - 18 - 6 - 14) / 4)
+    assert paired(before, plain, "queue", relative=False).mean == pytest.approx((10 + 18 + 6 + 14) / 4)  # 4 units
+    assert paired(before, plain, "queue").n == 4
+
+
+def test_table_cells_never_show_jammed_improvements_and_all_invalid_is_na():
+    plain = pool([_runs([10, 12]), _runs([14, 16])], agent_seeds=[0, 1])
+    shaped = pool([_runs([9, 10]), _runs([12, 13])], agent_seeds=[0, 1])  # diffs -1, -2, -2, -3
+    half = 100 * stats.t.ppf(0.975, 3) * math.sqrt(2 / 3) / 2 / 13
+    assert difference_cell(shaped, plain) == f"−15.4 ± {half:.1f} % (better)".replace("−", "-")
+    stuck = pool([_runs([9, 10], jam=(1,)), _runs([12, 13])], agent_seeds=[0, 1])
+    assert difference_cell(stuck, plain) == "not compared: 1 jammed run(s)"
+    assert comparison(stuck, plain) is None
+    broken = pool([_runs([9, 10], invalid=1.0), _runs([12, 13], invalid=1.0)], agent_seeds=[0, 1])
+    table = ci_table({"R_env": plain, "shaped": shaped, "broken": broken, "8B": {"unavailable": "needs a GPU"}},
+                     reference="R_env", shared={"shaped": "Fig. 9, H_R = 0"})
+    assert table.loc["broken", "Queue"] == "n/a (100 % invalid answers)"
+    assert table.loc["shaped", "Queue"] == f"11.00 ± {stats.t.ppf(0.975, 3) * math.sqrt(10 / 3) / 2:.2f}"  # deviations -2, -1, 1, 2
+    assert table.loc["shaped", "Jammed"] == "0/4" and table.loc["shaped", "n"] == "4"
+    assert table.loc["R_env", "Δ queue vs R_env"] == "—" and table.loc["8B", "Queue"] == "needs a GPU"
+    assert table.loc["shaped", "Same run as"] == "Fig. 9, H_R = 0"
+
+
+PHASES = (Phase(0, "NS", "north-south", (Movement("n", "s", "N", "through"),)),
+          Phase(1, "EW", "east-west", (Movement("e", "w", "E", "through"), Movement("w", "e", "W", "through"))))
+
+
+def test_control_rows():
+    state = IntersectionState(0.0, 0, {"n": LaneCounts(5, 0, 0, 0), "e": LaneCounts(3, 0, 0, 0), "w": LaneCounts(3, 0, 0, 0)}, PHASES)
+    assert MaxQueueController().act(state) == 1  # 6 queued east-west against 5 north-south
+    assert random_reward_oracle({"episodes": 3, "reward": {"hurdle": 2.7}}) == {
+        "episodes": 3, "random_reward_std": 3.0, "reward": {}}
+    assert greedy({"group_size": 4}) == {"group_size": 4, "temperature": 0.0}
+    evaluation = heuristic_evaluation("synthetic", [3], episode_s=120)
+    [run] = evaluation["runs"]
+    assert run["invalid_rate"] == 0 and len(run["queue_series"]) == 12 and len(run["r_env"]) == 11
+    with pytest.raises(ValueError, match="not one of"):
+        classic_evaluation("Webster", "synthetic", [3])
+
+
+def test_a_delta_against_the_paper_needs_the_same_backbone_intersection_and_episode_length():
+    assert incomparable("LLaMA3-8B", "LLaMA3-8B", "hangzhou1x1") == ""
+    assert incomparable("surrogate-tiny", "LLaMA3-8B", "cologne1", episode_s=1440) == (
+        "backbone surrogate-tiny, not LLaMA3-8B; intersection cologne1, not hangzhou1x1; 1440-s episodes, not 3600-s")
