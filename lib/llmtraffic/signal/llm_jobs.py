@@ -14,7 +14,7 @@ An *evaluation* (both ``evaluate_backbone`` and each entry of ``finetune(...)["a
      "agreement": [{"seed", "decision", "modal_share", "distinct", "entropy", "invalid"}],
      "traces": [{"decision", "prompt", "answers": [G texts], "phases": [G mnemonics or None]}]}
 
-``agreement`` is the seed's Q3 (cross-answer agreement; with ``text_entropy``, the same over identical texts): every ``probe_every``-th decision of
+``agreement`` is the paper's Q3 (cross-answer agreement; with ``text_entropy``, the same over identical texts): every ``probe_every``-th decision of
 each evaluation episode, G fresh answers to the same prompt (a generator apart from the one
 that drives the episode, so the episode itself is unchanged), with the share naming the most
 common phase, the number of distinct phases, and their discrete semantic entropy in nats

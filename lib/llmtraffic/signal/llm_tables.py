@@ -171,7 +171,7 @@ def shaping_claim(id: str, where: str, statement: str, shaped: dict, plain: dict
 
 
 PAPER_ABLATION_SCENARIO = "hangzhou1x1"
-"""The seed runs its ablations (Tables 2, 4–7, 11–12, Figs. 8–9) on CityFlow 1x1: hangzhou1x1 here."""
+"""The paper runs its ablations (Tables 2, 4–7, 11–12, Figs. 8–9) on CityFlow 1x1: hangzhou1x1 here."""
 
 
 def incomparable(backbone: str, paper_backbone: str, scenario: str, paper_scenario: str = PAPER_ABLATION_SCENARIO,
@@ -197,7 +197,7 @@ def save_against_paper(table: pd.DataFrame, name: str, paper: dict | None, capti
 
 
 def paper_reference(paper: dict) -> pd.DataFrame:
-    """The seed's cells ``{column: {row: value}}`` as a table of their own."""
+    """The paper's cells ``{column: {row: value}}`` as a table of their own."""
     return pd.DataFrame(paper)
 
 

@@ -2,7 +2,7 @@
 
 At every bus arrival at a control stop it sends the state to the LLM and reads two fields:
 the holding decision (1 hold, 0 not) and the holding duration (0–90 s, or -1 without hold).
-An answer it cannot read releases the bus and is counted in ``failures``: the seed reports
+An answer it cannot read releases the bus and is counted in ``failures``: the paper reports
 LLM controllers' unreliable outputs (§2.3), so the failure count is part of the result.
 """
 
