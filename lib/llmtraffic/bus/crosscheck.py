@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from ..study import data_path
 from . import metrics, scenarios
@@ -311,3 +312,81 @@ def run_ours(case: str, seed: int, rule: bool, authors_dwell: bool = False) -> R
         values[f"headway_sd_s_{ln.name}"] = m["by_line"][ln.name]["headway_sd_s"]
     name = "ours, authors' dwell" if authors_dwell else "ours"
     return Run(name, case, HeadwayBalance.name if rule else "no holding", seed, values)
+
+
+# ---------------------------------------------------------------- jobs and tables
+
+
+def authors_job(case: str, seed: int, rule: bool) -> Run:
+    """:func:`run_authors`, cached by case, seed, rule and a digest of their code and this module
+    (their case-2 run takes minutes)."""
+    from .. import study
+
+    folder = authors_dir(case)
+    theirs = "".join(sorted(f"{p.name}:{p.stat().st_size}" for p in folder.glob("*.py")))
+    params = dict(case=case, seed=seed, rule=rule, theirs=theirs, source=study.source_digest(sys.modules[__name__]))
+    return study.cached("bus_crosscheck_authors", params, lambda: run_authors(case, seed, rule))
+
+
+QUANTITIES = {
+    "passengers": "passengers generated",
+    "travel_time_s": "travel time, completed trips (s)",
+    "travel_time_censored_s": "travel time, authors' definition: unfinished = horizon − arrival (s)",
+    "wait_time_s": "waiting time, boarded (s)",
+    "wait_time_censored_s": "waiting time, authors' definition (s)",
+    "headway_sd_s": "headway SD, ours: pooled within stops (s)",
+    "headway_sd_authors_s": "headway SD, authors' definition (s)",
+    "headway_sd_authors_s_3436": "headway SD line 3436, authors' definition (s)",
+    "headway_sd_authors_s_3986": "headway SD line 3986, authors' definition (s)",
+    "hold_time_s": "holding time per visit that held (s)",
+    "hold_time_per_decision_s": "holding time per decision visit, authors' definition (s)",
+    "incomplete_share": "incomplete share (horizon cut-off included)",
+    "implied_wait_s": "headway-implied wait (s)",
+    "regular_wait_s": "wait with perfectly regular headways (s)",
+}
+BEHAVIOURS = {
+    "empty_stop_visits": "case 1: share of stop visits standing at an empty stop",
+    "idle_s": "case 1: seconds stood at an empty stop per visit",
+    "overflow_events": "case 2 (authors): capacity-branch events per run",
+    "lost_boarders": "case 2 (authors): boarders dropped by a full bus yet charged to the dwell",
+    "full_visits": "case 2 (ours): visits leaving someone behind",
+    "passed_up": "case 2 (ours): passengers left behind by a full bus",
+    "swapped_boarded": "case 2 (authors): corridor passengers of line 3986 boarded with the other line's stop numbers",
+    "swapped_still_onboard": "case 2 (authors): of those, still on board at the end",
+}
+
+
+def _cell(values: list[float], digits: int) -> str:
+    from ..study import stats
+
+    finite = [v for v in values if v is not None and not math.isnan(v)]
+    return stats.mean_ci(finite).format(digits) if finite else ""
+
+
+def table(runs: list[Run], labels: dict[str, str] = QUANTITIES, digits: int = 1) -> pd.DataFrame:
+    """One row per quantity, one column per (controller, simulator): mean ± 95 % CI half-width
+    over the seeds; blank where a simulator does not have the quantity."""
+
+    columns = list(dict.fromkeys((r.controller, r.simulator) for r in runs))
+    out = {}
+    for key, label in labels.items():
+        row = {f"{c} | {s}": _cell([r.values.get(key, math.nan) for r in runs if (r.controller, r.simulator) == (c, s)], digits)
+               for c, s in columns}
+        if any(row.values()):
+            out[label] = row
+    return pd.DataFrame.from_dict(out, orient="index").rename_axis("quantity")
+
+
+def agreement(runs: list[Run], keys: list[str], reference: str = "ours") -> pd.DataFrame:
+    """Per quantity and controller: authors' mean minus ours in percent of ours (same seeds)."""
+
+    rows = []
+    for controller in dict.fromkeys(r.controller for r in runs):
+        for key in keys:
+            mean = {s: np.nanmean([r.values.get(key, math.nan) for r in runs
+                                   if r.controller == controller and r.simulator == s] or [math.nan])
+                    for s in ("authors", reference)}
+            if not math.isnan(mean["authors"]) and not math.isnan(mean[reference]) and mean[reference] != 0:
+                rows.append({"controller": controller, "quantity": QUANTITIES.get(key, key),
+                             "authors − ours (%)": 100 * (mean["authors"] - mean[reference]) / mean[reference]})
+    return pd.DataFrame(rows)
