@@ -9,7 +9,7 @@ often their capacity branch fires, the stop's ``_get_boarding_time`` is wrapped 
 runs unchanged; the wrapper only reads the stop's state afterwards).
 
 From each run we compute the quantities of both definitions (:mod:`llmtraffic.bus.metrics`) and
-a measured count of each behaviour of their code listed in ``crosscheck-bus-sim.md``: the
+a measured count of each behaviour of their code that changes holding results: the
 case-1 empty-stop dwell (a bus stands at a stop until the next passenger arrives), the case-2
 capacity overflow (boarders beyond capacity are dropped yet charged to the dwell), and the
 case-2 corridor passengers of line 3986 whose destinations are read from the other line's stop
@@ -370,7 +370,8 @@ def table(runs: list[Run], labels: dict[str, str] = QUANTITIES, digits: int = 1)
     columns = list(dict.fromkeys((r.controller, r.simulator) for r in runs))
     out = {}
     for key, label in labels.items():
-        row = {f"{c} | {s}": _cell([r.values.get(key, math.nan) for r in runs if (r.controller, r.simulator) == (c, s)], digits)
+        places = 3 if key in ("incomplete_share", "empty_stop_visits") else digits
+        row = {f"{s}: {c}": _cell([r.values.get(key, math.nan) for r in runs if (r.controller, r.simulator) == (c, s)], places)
                for c, s in columns}
         if any(row.values()):
             out[label] = row

@@ -4,7 +4,7 @@ numpy on the columns of the trajectory and passenger tables (metrics run after e
 
 Two definitions of four measures sit side by side, selectable by name (:data:`DEFINITIONS`,
 :func:`measure_key`): **ours** (the keys without suffix) and **authors** (the ones the bus
-authors' code computes, measured against it in ``crosscheck-bus-sim.md``):
+authors' code computes; the ``bus_crosscheck`` notebook runs their code beside ours):
 
 ==================  =============================================  ==============================================
 measure             ours                                           authors
