@@ -63,18 +63,21 @@ def holding_note(mine: pd.DataFrame) -> str:
 def paired(rows: pd.DataFrame, method: str, reference: str, measure: str,
            relative: bool = False) -> stats.Estimate:
     """Paired difference ``method − reference`` of ``measure`` (see the module docstring for the
-    pairing)."""
+    pairing; a fixed method against a learned reference is repeated for every agent seed too)."""
     a, b = _units(rows, method), _units(rows, reference)
-    keys = ["agent_seed", "seed"] if _learned(a) and _learned(b) else ["seed"]
-    if not _learned(a) and _learned(b):
-        raise ValueError(f"pair a learned reference with a learned method: {reference!r} has agent seeds, {method!r} not")
-    if keys == ["seed"] and b["seed"].duplicated().any():
-        raise ValueError(f"reference {reference!r} has several rows per eval seed")
-    joined = a.merge(b[keys + [measure]], on=keys, suffixes=("", "_ref"), how="left")
-    if joined[f"{measure}_ref"].isna().any():
-        lost = sorted(joined.loc[joined[f"{measure}_ref"].isna(), "seed"].unique().tolist())
-        raise ValueError(f"{reference!r} lacks eval seed(s) {lost} of {method!r}")
-    return stats.paired_difference(joined[measure], joined[f"{measure}_ref"], relative=relative)
+    both = _learned(a) and _learned(b)
+    keys = ["agent_seed", "seed"] if both else ["seed"]
+    for name, frame in ((method, a), (reference, b)):
+        if not both and not _learned(frame) and frame["seed"].duplicated().any():
+            raise ValueError(f"{name!r} has several rows per eval seed")
+    left, right = (b, a) if _learned(b) and not _learned(a) else (a, b)  # the learned side sets the units
+    joined = left.merge(right[keys + [measure]], on=keys, suffixes=("", "_other"), how="left")
+    if joined[f"{measure}_other"].isna().any():
+        lost = sorted(joined.loc[joined[f"{measure}_other"].isna(), "seed"].unique().tolist())
+        raise ValueError(f"{method!r} and {reference!r} do not share eval seed(s) {lost}")
+    first, second = joined[measure], joined[f"{measure}_other"]
+    ours, ref = (second, first) if left is b else (first, second)
+    return stats.paired_difference(ours, ref, relative=relative)
 
 
 def comparisons(rows: pd.DataFrame, methods: list[str], references: list[str], columns: dict[str, str],

@@ -36,7 +36,7 @@ OBS_SCALE = (1000.0,) * 4 + (10.0, 10.0)
 """Observation scaling of the §3.2 state: headways in km, passengers and seconds held in tens."""
 
 BUDGETS: dict[str, dict] = {
-    "smoke": dict(hidden=(64, 64), episodes=6, eps_decay_episodes=4, updates_per_episode=40,
+    "smoke": dict(hidden=(64, 64), episodes=6, eps_decay_episodes=4, updates_per_episode=40, batch_size=64, learning_starts=128,
                   target_network=True, target_update_every=40, obs_scale=OBS_SCALE),
     "quick": dict(hidden=(128, 128, 128), episodes=30, eps_decay_episodes=20, updates_per_episode=100,
                   target_network=True, target_update_every=100, obs_scale=OBS_SCALE),
