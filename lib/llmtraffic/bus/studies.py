@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 
 from .. import study
-from ..rl.dqn import DQNConfig, GreedyPolicy
+from ..rl.dqn import GreedyPolicy
 from . import scenarios
 from .controllers import Feedback, NoHolding
 from .evaluation import MEASURES
+from .jobs import dqn_config, make_scenario  # noqa: F401 (notebooks and cases 2, 3 use them from here)
 from .reward_design.studies import NEEDS_LLM  # noqa: F401 (the notebooks' text for LLM-only rows)
 from .rewards import REWARDS
 from .scenarios import HOUR_S, Scenario
@@ -43,24 +44,6 @@ def ours_label(designer: str) -> str:
     from .reward_design.rules import LABEL
 
     return f"{LABEL} + RL" if designer == "rules" else f"{designer} + RL"
-
-
-def make_scenario(case: str, **kwargs: Any) -> Scenario:
-    """``case2`` / ``case3`` / ``generic`` (with ``index``) / ``case1`` by name."""
-    builders = {"case1": scenarios.case1, "case2": scenarios.case2, "case3": scenarios.case3,
-                "generic": scenarios.generic}
-    if case not in builders:
-        raise ValueError(f"unknown case {case!r}; known: {sorted(builders)}")
-    return builders[case](**kwargs)
-
-
-def dqn_config(dqn: dict, seed: int) -> DQNConfig:
-    """A :class:`DQNConfig` from a notebook's ``dqn`` dict (authors' defaults for missing keys)."""
-    known = set(DQNConfig.__dataclass_fields__)
-    unknown = sorted(set(dqn) - known)
-    if unknown:
-        raise ValueError(f"unknown dqn setting(s) {unknown}; known: {sorted(known)}")
-    return DQNConfig(**{**dqn, "seed": seed})
 
 
 # ---------------------------------------------------------------- training (cached)
