@@ -176,22 +176,22 @@ def evaluate_methods(case: str, case_kwargs: dict, controllers: dict[str, Any], 
 
 
 def line_table(rows: pd.DataFrame, methods: list[str], missing: dict[str, str] | None = None) -> pd.DataFrame:
-    """Tables 5–6 layout: one row ``"<line> | <method>"`` per line (then overall) and method,
-    each measure as ``mean ± std`` over seeds; ``missing`` maps a method without rows to the
+    """Tables 5–6 layout: one row ``"<line> · <method>"`` per line (then overall) and method,
+    each measure as ``mean ± 95 % CI half-width`` over the test episodes
+    (:func:`llmtraffic.study.stats.mean_ci`); ``missing`` maps a method without rows to the
     reason shown in its cells (e.g. :data:`NEEDS_LLM`)."""
-    stats = rows.groupby(["line", "method"])[list(COLUMNS)].agg(["mean", "std"])
+    groups = dict(list(rows.groupby(["line", "method"])))
     lines = [x for x in dict.fromkeys(rows["line"]) if x != "overall"] + ["overall"]
     out = {}
     for line in lines:
         for method in methods:
-            if (line, method) in stats.index:
-                out[f"{line} | {method}"] = {label: f"{stats.at[(line, method), (k, 'mean')]:.2f} ± "
-                                                    f"{stats.at[(line, method), (k, 'std')]:.2f}"
-                                             for k, label in COLUMNS.items()}
+            if (line, method) in groups:
+                g = groups[(line, method)]
+                out[f"{line} · {method}"] = {label: study.stats.mean_ci(g[k]).format(2) for k, label in COLUMNS.items()}
             elif missing and method in missing:
-                out[f"{line} | {method}"] = {label: missing[method] for label in COLUMNS.values()}
+                out[f"{line} · {method}"] = {label: missing[method] for label in COLUMNS.values()}
     table = pd.DataFrame.from_dict(out, orient="index")
-    table.index.name = "line | method"
+    table.index.name = "line · method"
     return table
 
 
