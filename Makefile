@@ -1,6 +1,8 @@
-# Two commands do everything on a fresh machine (Python 3.11 + pip):
+# Two commands do everything on a fresh machine (Python 3.11 + pip; cmake and a C++ compiler for CityFlow):
 #   make study   run every notebook at the default profile (quick), regenerating figures/
 #   make test    run the whole test suite, including a smoke run of every notebook
+# The venv step also builds CityFlow (pinned; from ../shared/vendor when present, else from its
+# public repository), which Hangzhou 1x1 runs on; without a C++ toolchain it says so and SUMO works.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,10 +11,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: study test lab data bench venv clean-runs
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml lib/llmtraffic/signal/backends/install.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m llmtraffic.signal.backends.install
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -1,11 +1,15 @@
-"""Every notebook in notebooks/ executes end to end at the smoke profile."""
+"""Every notebook in notebooks/ executes end to end at the smoke profile, and stops before any
+compute when a setting asks for a resource that is missing (issue 17)."""
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
 from llmtraffic.study import runner
+from llmtraffic.study.cli import main
+from llmtraffic.study.params import notebook_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -32,3 +36,53 @@ def test_every_profile_file_fits_its_notebook(profile):
 def test_notebook_runs_at_smoke_profile(notebook):
     [outcome] = runner.run("smoke", only=[notebook.stem], quiet=True, timeout_s=900)
     assert outcome.ok, outcome.error + "\n" + "\n".join(outcome.log[-30:])
+
+
+# The matrix of issue 17. Its first column, no LLM and the default backbone, is the smoke run
+# above; the other columns must stop before any compute, so they cost no notebook run.
+TAKES_LLM = {"bus_ablation", "bus_case1", "bus_case2", "bus_case3", "bus_generic", "bus_llm_methods", "bus_llm_sensitivity"}
+TAKES_BACKBONE = {"tsc_clip", "tsc_entropy_temperature", "tsc_generalization", "tsc_hurdle", "tsc_main",
+                  "tsc_ppo_sensitivity", "tsc_reward_ablation", "tsc_seeds_and_g"}
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+SETTINGS = {
+    # setting → (--set item, parameter it needs, exit status and words of the message when the notebook takes it)
+    "unreachable llm": (lambda: f"llm={{backend: openai, base_url: 'http://127.0.0.1:{_closed_port()}/v1', model: gpt-4o}}",
+                        "llm", 3, ["llm: endpoint http://127.0.0.1:", "is unreachable", "start the server or fix llm.base_url"]),
+    "absent backbone": (lambda: "backbone=Qwen3-0.6B", "backbone", 3,
+                        ["backbone 'Qwen3-0.6B' cannot run here", "needs local weights and a GPU", "backbone=surrogate-tiny"]),
+    "unknown llm backend": (lambda: "llm={backend: nonsense}", "llm", 2,
+                            ["parameter 'llm' backend must be one of openai, hf, replay, got 'nonsense'"]),
+}
+
+
+def test_the_matrix_knows_which_notebooks_take_which_setting():
+    takes = {nb.stem: set(notebook_parameters(nb)) for nb in NOTEBOOKS}
+    assert {stem for stem, names in takes.items() if "llm" in names} == TAKES_LLM
+    assert {stem for stem, names in takes.items() if "backbone" in names} == TAKES_BACKBONE
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_missing_resource_stops_before_compute(notebook, setting, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LLMTRAFFIC_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("LLMTRAFFIC_RUNS", str(tmp_path / "runs"))
+    item, name, status, words = SETTINGS[setting]
+    code = main(["run", "--profile", "smoke", "--only", notebook.stem, "--set", item()])
+    err = capsys.readouterr().err
+    if notebook.stem in (TAKES_LLM if name == "llm" else TAKES_BACKBONE):
+        assert code == status, err
+        assert f"{notebook.stem}" in err
+        for word in words:
+            assert word in err
+    else:
+        assert code == 2, err
+        assert f"notebook {notebook.stem}: unknown parameter {name!r}" in err
+    assert "Nothing was executed" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "figures").exists()

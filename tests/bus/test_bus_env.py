@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from pettingzoo.test import api_test
+from pettingzoo.test import api_test, seed_test
 
 from llmtraffic.bus import HoldingEnv, scenarios, simulate
 from llmtraffic.bus.env import RewardFunctionError
@@ -28,6 +28,22 @@ def play(env, policy, seed):
 
 def test_the_environment_passes_the_pettingzoo_api_test():
     api_test(HoldingEnv(scenarios.case1(), lambda s, a, n: 0.0), num_cycles=40)
+
+
+def test_the_environment_passes_the_pettingzoo_seed_test():
+    seed_test(lambda: HoldingEnv(scenarios.case1(), lambda s, a, n: 0.0), num_cycles=40)
+
+
+def test_missing_headways_are_nan_to_controllers_and_equal_to_themselves():
+    from llmtraffic.bus.controllers import Feedback
+
+    env = HoldingEnv(scenarios.case2(), lambda s, a, n: 0.0)  # open lines: the first bus has no leader
+    steps = play(env, lambda obs, info: 0, seed=0)
+    missing = [info for _, _, info, _ in steps if math.isnan(info["forward_time_headway_s"])]
+    assert missing and all(Feedback().act(None, info) == 0.0 for info in missing)
+    assert missing[0]["forward_time_headway_s"] == math.nan  # equal to a NaN, unlike a NaN
+    shifted = missing[0]["forward_time_headway_s"] + 1.0
+    assert type(shifted) is float and math.isnan(shifted)  # arithmetic gives plain NaN
 
 
 def test_always_releasing_reproduces_the_uncontrolled_simulation():

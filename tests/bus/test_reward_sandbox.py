@@ -36,7 +36,7 @@ HOSTILE = {  # name: (code, a regex the reason must match); SENTINEL is a path o
     "huge array": ("import numpy as np\ndef reward(s, a, n):\n    return float(np.ones((30000, 30000)).sum())\n",
                    r"MemoryError: the code exceeded the memory limit"),
     "os.system": ("import os\ndef reward(s, a, n):\n    os.system('touch SENTINEL')\n    return 0.0\n",
-                  r"import of 'os' is not allowed \(only math and numpy\)"),
+                  r"import of 'os' is not allowed \(only math, numpy, numpy.linalg and typing\) \(line 1\)"),
     "open": ("def reward(s, a, n):\n    open('SENTINEL', 'w').write('x')\n    return 0.0\n",
              r"use of 'open' is not allowed"),
     "import socket": ("import socket\ndef reward(s, a, n):\n    return 0.0\n", r"import of 'socket' is not allowed"),
@@ -58,7 +58,7 @@ HOSTILE = {  # name: (code, a regex the reason must match); SENTINEL is a path o
     "numpy save": ("import numpy as np\ndef reward(s, a, n):\n    np.save('SENTINEL', s)\n    return 0.0\n",
                    r"attribute 'save' is not allowed \(file or system access\)"),
     "numpy submodule": ("import numpy.f2py\ndef reward(s, a, n):\n    return 0.0\n",
-                        r"import of 'numpy.f2py' is not allowed \(file or system access\)"),
+                        r"import of 'numpy.f2py' is not allowed \(only math, numpy, numpy.linalg and typing\)"),
     "star import": ("from numpy import *\ndef reward(s, a, n):\n    return 0.0\n", r"'from numpy import \*' is not allowed"),
     "type trick": ("def reward(s, a, n):\n    return len(type.mro(type))\n", r"use of 'type' is not allowed"),
     "global state": ("calls = 0\ndef reward(s, a, n):\n    global calls\n    calls += 1\n    return float(calls)\n",
@@ -71,7 +71,7 @@ HOSTILE = {  # name: (code, a regex the reason must match); SENTINEL is a path o
     "NaN": ("def reward(s, a, n):\n    return float('nan')\n", r"reward returned nan for transition 0 .* must be finite"),
     "inf": ("import math\ndef reward(s, a, n):\n    return -math.inf\n", r"reward returned -inf for transition 0"),
     "too large": ("def reward(s, a, n):\n    return 5e4 * a\n",
-                  r"reward returned 5e\+04 for transition 0, outside \[-1000, 1000\]"),
+                  r"reward returned 5e\+04 for transition 0 \(current_state \[1776.0.*\), outside \[-1000, 1000\]"),
     "string": ("def reward(s, a, n):\n    return 'hold'\n",
                r"reward returned str \('hold'\) for transition 0, expected a number"),
     "None": ("def reward(s, a, n):\n    x = 1.0\n", r"reward returned NoneType"),
@@ -136,12 +136,12 @@ ESCAPE = (
     ("code", "outcome"),
     [
         ("import os\nos.system('/usr/bin/touch SENTINEL')\ndef reward(s, a, n):\n    return 0.0\n",
-         r"loading the code failed: ImportError: import of 'os' is not allowed \(only math and numpy\) \(line 1 of the code\)"),
+         r"loading the code failed: ImportError: import of 'os' is not allowed \(only math, numpy, numpy.linalg and typing\) \(line 1 of the code\)"),
         ("def reward(s, a, n):\n    open('SENTINEL', 'w').write('x')\n    return 0.0\n",
          r"reward raised NameError: name 'open' is not defined"),
         ("import numpy as np\ndef reward(s, a, n):\n    np.save('SENTINEL', s)\n    return 0.0\n",
-         r"reward raised OSError: \[Errno 24\] Too many open files"),
-        (ESCAPE.replace("[CALL]", "['fork']()"), r"reward raised BlockingIOError: \[Errno 11\] Resource temporarily unavailable"),
+         r"reward raised PermissionError: \[Errno 1\] Operation not permitted"),  # seccomp: no openat
+        (ESCAPE.replace("[CALL]", "['fork']()"), r"reward raised PermissionError: \[Errno 1\] Operation not permitted"),
         # the shell cannot start (no new processes); what matters is that no file appears
         (ESCAPE.replace("[CALL]", "['system']('/usr/bin/touch SENTINEL')"), None),
     ],
@@ -149,7 +149,8 @@ ESCAPE = (
 )
 def test_the_worker_alone_still_stops_what_static_checks_reject(tmp_path, code, outcome):
     """Defence in depth: code that skipped the static checks still cannot write files or start
-    processes (restricted builtins and imports, no new file descriptors, no new processes)."""
+    processes (restricted builtins and imports, the seccomp allowlist, no new file descriptors or
+    processes)."""
     sentinel = tmp_path / "pwned"
     states = np.array([[1776, 1776, 0, 0, 20, 0.0]])
     try:

@@ -89,9 +89,60 @@ def test_replay_backend_needs_an_unambiguous_existing_cassette(tmp_path):
 
 def test_malformed_cassette_line_is_named(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"key": "k", "occurrence": 0}\n{"texts": ["no key"]}\n')
-    with pytest.raises(ValueError, match="bad.jsonl line 2 is not a cassette entry"):
+    good = {"key": "k", "occurrence": 0, "backend": "openai", "model": "m", "texts": ["x"],
+            "prompt_tokens": 1, "completion_tokens": 1, "latency_s": 0.1}
+    path.write_text(json.dumps(good) + "\n{not json\n" + json.dumps(good) + "\n")
+    with pytest.raises(llm.CassetteError, match="bad.jsonl line 2 is not a cassette entry"):
         llm.Cassette(path)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"texts": None}, r"line 2: 'texts' is None, not a list"),
+    ({"prompt_tokens": None}, r"line 2: 'prompt_tokens' is None, not an integer"),
+    ({"latency_s": "fast"}, r"line 2: 'latency_s' is 'fast', not a number"),
+])
+def test_a_mistyped_field_names_the_line_and_the_field(tmp_path, change, message):
+    path = tmp_path / "c.jsonl"
+    good = {"key": "k", "occurrence": 0, "backend": "openai", "model": "m", "texts": ["x"],
+            "prompt_tokens": 1, "completion_tokens": 1, "latency_s": 0.1}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(good | {"occurrence": 1} | change) + "\n")
+    with pytest.raises(llm.CassetteError, match=message):
+        llm.from_config({"backend": "replay", "cassette": str(path)})
+
+
+def test_a_missing_field_names_the_line_and_the_field(chat_server, openai_cfg, tmp_path):
+    path = tmp_path / "cassette.jsonl"
+    record(chat_server, openai_cfg, path)
+    lines = path.read_text().splitlines()
+    entry = json.loads(lines[2])
+    del entry["completion_tokens"]
+    path.write_text("\n".join([*lines[:2], json.dumps(entry), lines[3]]) + "\n")
+    for mode in ("record", "replay"):
+        with pytest.raises(llm.CassetteError, match=r"cassette.jsonl line 3: the entry has no 'completion_tokens' "
+                                                    r"\(fields: .*\); delete the line and record its request again"):
+            llm.from_config(openai_cfg | {"cache": {"path": str(path), "mode": mode}})
+
+
+def test_a_cut_off_last_line_is_dropped_when_recording_and_refused_in_replay(chat_server, openai_cfg, tmp_path):
+    path = tmp_path / "cassette.jsonl"
+    answers, _ = record(chat_server, openai_cfg, path)
+    whole = path.read_text()
+    path.write_text(whole[: whole.rindex("\n", 0, len(whole) - 1) + 40])  # the last line cut after 40 characters
+    with pytest.raises(llm.CassetteError, match=r"cassette.jsonl line 4 \(the last\) was cut off .*Record again"):
+        llm.from_config(openai_cfg | {"cache": {"path": str(path), "mode": "replay"}})
+    with pytest.raises(llm.CassetteError, match="line 4 .* was cut off"):
+        llm.from_config({"backend": "replay", "cassette": str(path)})
+
+    served = len(chat_server.requests)
+    chat_server.script = [(200, chat_server.completion("cold again", prompt_tokens=30, completion_tokens=3), 0)]
+    with pytest.warns(UserWarning, match="dropped the cut-off last line 4"):
+        model = llm.from_config(openai_cfg | {"cache": {"path": str(path), "mode": "record"}})
+    assert model.complete(ASK, n=2, temperature=0.7) == answers[0]  # still recorded
+    assert model.complete(ASK, temperature=0.0) == ["cold again"]  # the lost one, asked anew
+    assert len(chat_server.requests) == served + 1
+    replayed = llm.from_config({"backend": "replay", "cassette": str(path)})
+    assert replayed.complete(ASK, temperature=0.0) == ["cold again"]
+    assert len(path.read_text().splitlines()) == 4
 
 
 def test_relative_cassette_paths_live_under_the_runs_directory(chat_server, openai_cfg, tmp_path, monkeypatch):

@@ -81,6 +81,34 @@ def test_401_names_the_key_variable_without_retry(chat_server, openai_cfg):
     assert len(chat_server.requests) == 1
 
 
+def test_401_without_a_key_variable_says_to_set_api_key_env(chat_server, openai_cfg):
+    chat_server.script = [(401, {"error": {"message": "Missing API key"}}, 0)]
+    cfg = {k: v for k, v in openai_cfg.items() if k != "api_key_env"}
+    with pytest.raises(llm.LLMAuthError, match=r"HTTP 401\) and no API key was sent: set api_key_env to the name "
+                                               r"of the environment variable that holds the key.*Missing API key"):
+        llm.from_config(cfg).complete(HELLO)
+    assert len(chat_server.requests) == 1
+
+
+@pytest.mark.parametrize(("usage", "message"), [
+    ({"prompt_tokens": None, "completion_tokens": 5}, r"usage.prompt_tokens is None, not a token count"),
+    ({"prompt_tokens": 3, "completion_tokens": "5"}, r"usage.completion_tokens is '5', not a token count"),
+    ("lots", r"'usage' is 'lots', not an object of token counts"),
+])
+def test_malformed_usage_is_named(chat_server, openai_cfg, usage, message):
+    chat_server.script = [(200, chat_server.completion("x") | {"usage": usage}, 0)]
+    with pytest.raises(llm.LLMResponseError, match=message):
+        llm.from_config(openai_cfg).complete(HELLO)
+
+
+def test_absent_usage_counts_zero_tokens(chat_server, openai_cfg):
+    body = chat_server.completion("x")
+    del body["usage"]
+    chat_server.script = [(200, body, 0)]
+    model = llm.from_config(openai_cfg)
+    assert model.complete(HELLO) == ["x"] and model.usage().total_tokens == 0
+
+
 def test_404_names_model_and_url(chat_server, openai_cfg):
     chat_server.script = [(404, {"error": "model not found"}, 0)]
     with pytest.raises(llm.LLMNotFoundError, match="model 'test-model' not found"):
@@ -109,6 +137,13 @@ def test_server_ignoring_n_is_asked_for_the_rest_with_new_seeds(chat_server, ope
         ({"temprature": 0.1}, r"unknown keys \['temprature'\]"),
         ({"backend": "claude"}, "llm.backend must be openai, hf or replay, got 'claude'"),
         ({"cache": {"path": "x.jsonl", "mode": "sometimes"}}, "cache.mode must be record, replay or off"),
+        ({"max_retries": -1}, r"llm \(openai\): max_retries must be an integer >= 0, got -1"),
+        ({"max_retries": 2.5}, r"max_retries must be an integer >= 0, got 2.5"),
+        ({"timeout_s": 0}, r"timeout_s must be a number > 0, got 0"),
+        ({"backoff_s": -1.0}, r"backoff_s must be a number >= 0, got -1.0"),
+        ({"base_url": "localhost:8000/v1"}, r"base_url must start with http:// or https://"),
+        ({"model": ""}, r"model must be a non-empty string"),
+        ({"api_key_env": 5}, r"api_key_env must name an environment variable"),
     ],
 )
 def test_bad_config_names_the_field(openai_cfg, change, message):

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from llmtraffic.rl.dqn import CHECKPOINT, DQNAgent, DQNConfig, epsilon, train
+from llmtraffic.rl.dqn import (
+    CHECKPOINT, CheckpointMismatch, DQNAgent, DQNConfig, NonFiniteWeightsError, RewardFunctionError, epsilon, train,
+)
 
 # Two-state holding toy (actions: 0 = release, 1 = hold). In S0 holding is right: it earns 0 now
 # and moves to S1, where releasing earns 1 (Q*(S0, hold) = γ·1); releasing in S0 earns only 0.5.
@@ -121,3 +123,43 @@ def test_killed_training_resumes_to_the_same_weights(tmp_path):
     a = torch.load(tmp_path / "straight.pt")
     b = torch.load(tmp_path / "resumed.pt")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize(("reward", "message"), [
+    (1e300, r"returned 1e\+300 for the transition state=\[1.0, 0.0\], action=1.*not finite in float32"),
+    (float("nan"), r"returned nan for the transition state=\[1.0, 0.0\]"),
+    (2e6, r"returned 2e\+06 for the transition state=\[1.0, 0.0\], action=1, next_state=\[0.0, 1.0\], outside \[-1e\+06, 1e\+06\]"),
+])
+def test_a_reward_the_replay_cannot_hold_is_refused_with_the_state(reward, message):
+    agent = DQNAgent(2, 2, toy_config())
+    with pytest.raises(RewardFunctionError, match=message):
+        agent.remember(S0, 1, reward, S1, False)
+    assert agent.replay.size == 0
+    agent.remember(S0, 1, -1e6, S1, False)  # the bound itself is allowed
+    assert agent.replay.rewards[0] == -1e6
+
+
+def test_non_finite_weights_stop_training_and_make_no_policy():
+    agent = DQNAgent(2, 2, toy_config())
+    for episode in range(4):
+        play_toy(agent, episode)
+    with torch.no_grad():
+        agent.net[0].weight[0, 0] = float("nan")
+    with pytest.raises(NonFiniteWeightsError, match=r"Q-network weights \['0.weight'.*are not finite after the updates of episode 0"):
+        agent.end_episode()
+    with pytest.raises(NonFiniteWeightsError, match="a diverged agent cannot act"):
+        agent.greedy_policy()
+
+
+def test_resuming_with_another_seed_or_config_is_refused(tmp_path):
+    cfg = toy_config(episodes=2, seed=0)
+    train(DQNAgent(2, 2, cfg), play_toy, cfg, checkpoint_dir=tmp_path)
+    other = toy_config(episodes=2, seed=1)
+    with pytest.raises(CheckpointMismatch, match=r"checkpoint.pt: .*seed: checkpoint 0, this run 1\); resume with the same"):
+        train(DQNAgent(2, 2, other), play_toy, other, checkpoint_dir=tmp_path)
+    wider = toy_config(episodes=2, seed=0, lr=1e-2)
+    with pytest.raises(CheckpointMismatch, match=r"lr: checkpoint 0.005, this run 0.01"):
+        train(DQNAgent(2, 2, wider), play_toy, wider, checkpoint_dir=tmp_path)
+    assert len(train(DQNAgent(2, 2, cfg), play_toy, cfg, checkpoint_dir=tmp_path)) == 2  # same config resumes
+    longer = toy_config(episodes=3, seed=0)  # only the number of episodes may grow
+    assert [h["episode"] for h in train(DQNAgent(2, 2, longer), play_toy, longer, checkpoint_dir=tmp_path)] == [0, 1, 2]

@@ -71,10 +71,10 @@ def test_max_pressure_beats_fixed_time_on_cologne1(seed):
     assert mp["config_time_to_teleport"] == -1
 
 
-def test_mean_std_table_counts_deadlocks_and_keeps_them_in_the_means():
+def test_mean_ci_table_counts_deadlocks_keeps_them_in_the_means_and_marks_them():
     import pandas as pd
 
-    from llmtraffic.signal import evaluate_method, mean_std_table
+    from llmtraffic.signal import evaluate_method, mean_ci_table
 
     base = dict(scenario="cologne1", travel_time_all_s=100.0, delay=0.5)
     rows = pd.DataFrame([
@@ -82,9 +82,11 @@ def test_mean_std_table_counts_deadlocks_and_keeps_them_in_the_means():
         dict(method="A", travel_time_s=60.0, queue=8.0, throughput=1000, deadlock=True, deadlock_time_s=1010.0, **base),
         dict(method="B", travel_time_s=50.0, queue=5.0, throughput=1990, deadlock=False, deadlock_time_s=None, **base),
     ])
-    table = mean_std_table(rows, ["A", "B", "C"], "cologne1")
-    assert table.loc["A"].tolist() == ["50.0 ± 10.0", "6.0 ± 2.0", "0.50 ± 0.00", "1500 ± 500", "100.0 ± 0.0",
-                                       "1/2 (from 1010 s)"]
+    table = mean_ci_table(rows, ["A", "B", "C"], "cologne1")
+    # n = 2: half-width t_{1, 0.975} · s / √2 = 12.706 · |a − b| / 2 (ddof = 1)
+    assert table.loc["A"].tolist() == ["jammed: 50.0 ± 127.1", "jammed: 6.0 ± 25.4", "jammed: 0.50 ± 0.00",
+                                       "jammed: 1500 ± 6353", "jammed: 100.0 ± 0.0", "1/2 (from 1010 s)"]
     assert table.loc["B", "Deadlocks"] == "0/1" and list(table.index) == ["A", "B"]
+    assert table.loc["B", "Travel Time"] == "50.0 (n = 1, no CI)"
     with pytest.raises(ValueError, match="'IDQN' needs a trained controller"):
         evaluate_method("IDQN", "synthetic", seed=0)

@@ -53,18 +53,18 @@ def test_presslight_trains_through_the_same_loop_on_synthetic():
 def test_gae_by_hand():
     import numpy as np
 
-    from llmtraffic.signal.ippo import gae
+    from llmtraffic.rl.ippo import bootstrapped_gae
 
     # γ = 0.5, λ = 1: δ2 = 1 + 0.5·4 − 2 = 1; δ1 = 0 + 0.5·2 − 1 = 0; A1 = 0 + 0.5·1 = 0.5
-    adv = gae(np.array([0.0, 1.0], np.float32), np.array([1.0, 2.0], np.float32), 4.0, 0.5, 1.0)
-    assert adv.tolist() == [0.5, 1.0]
+    adv, ret = bootstrapped_gae(np.array([0.0, 1.0], np.float32), np.array([1.0, 2.0], np.float32), 4.0, 0.5, 1.0)
+    assert adv.tolist() == [0.5, 1.0] and ret.tolist() == [1.5, 3.0]
 
 
 @pytest.mark.slow
 def test_ippo_learns_to_beat_fixed_time_on_cologne1():
-    from llmtraffic.signal.ippo import IPPO, PPOConfig, train_ippo
+    from llmtraffic.rl.ippo import IPPO, IPPOConfig, train_ippo
 
-    cfg = PPOConfig(episodes=4)
+    cfg = IPPOConfig(episodes=4)
     trained, history = train_ippo("cologne1", cfg)
     assert history[-1]["queue"] < history[0]["queue"]
     untrained = IPPO(trained.actor[0].in_features, trained.actor[-1].out_features, cfg)
@@ -76,9 +76,9 @@ def test_ippo_learns_to_beat_fixed_time_on_cologne1():
 def test_ippo_samples_reproducibly_after_reset_and_greedy_takes_the_argmax():
     import torch
 
-    from llmtraffic.signal.ippo import IPPO, PPOConfig
+    from llmtraffic.rl.ippo import IPPO, IPPOConfig
 
-    agent = IPPO(10, 2, PPOConfig(hidden=(8,)))
+    agent = IPPO(10, 2, IPPOConfig(hidden=(8,)))
     with torch.no_grad():
         agent.actor[-1].bias.copy_(torch.tensor([0.0, 0.4]))  # p(phase 1) ≈ 0.6
     agent.reset(3)

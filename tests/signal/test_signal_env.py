@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from llmtraffic.signal import FixedTime, SignalConfig, SignalEnv, SyntheticScenario, evaluate, load
-from llmtraffic.signal.env import clearance, name_phase
+from llmtraffic.signal.backends import name_phase
+from llmtraffic.signal.backends.sumo import clearance
 from llmtraffic.signal.scenarios import netconvert
 from llmtraffic.signal.state import Movement
 
@@ -139,7 +140,7 @@ def test_queue_metric_is_mean_of_decision_point_queues():
     r = evaluate("synthetic", FixedTime(30), seed=0, episode_s=600)
     assert len(r["queue_series"]) == 60
     assert r["queue"] == pytest.approx(np.mean(r["queue_series"]))
-    assert r["config_time_to_teleport"] == -1 and r["sumo_version"].startswith("SUMO")
+    assert r["config_time_to_teleport"] == -1 and r["simulator_version"].startswith("SUMO")
 
 
 def test_phase_names_follow_table_10_style():
@@ -151,8 +152,8 @@ def test_phase_names_follow_table_10_style():
 
 
 def test_hangzhou_and_cologne_phases_are_discovered(tmp_path):
-    with SignalEnv("hangzhou1x1") as env:
-        assert sorted(p.mnemonic for p in env.phases) == sorted(
+    with SignalEnv("hangzhou1x1_sumo") as env:  # LibSignal's SUMO conversion
+        assert env.simulator == "sumo" and sorted(p.mnemonic for p in env.phases) == sorted(
             ["NTST", "NLSL", "NTNL", "STSL", "ETWT", "ELWL", "ETEL", "WTWL"])
     with SignalEnv("cologne1") as env:
         # Table 10 lists NUTLSUTL/EUTLWUTL for the protected-left phases; the program's
@@ -210,3 +211,18 @@ def test_bad_inputs_raise_naming_the_culprit(tmp_path):
     with pytest.raises(ValueError, match="plain.sumocfg.*has no traffic light"):
         SignalEnv(str(cfg))
     SignalEnv("synthetic").close()  # the failed construction released libsumo
+
+
+@pytest.mark.slow
+def test_evaluation_of_a_seed_does_not_depend_on_what_ran_before_on_cologne1():
+    # libsumo restarted in one process is not bit-reproducible on Cologne1 under signal control:
+    # in one process this sequence gave queues 5.6889, then 6.3639 for the same seed; evaluate()
+    # runs every SUMO episode in a fresh process, so it is
+    from llmtraffic.signal import MaxPressure
+
+    first = evaluate("cologne1", MaxPressure(10), seed=0)
+    evaluate("cologne1", FixedTime(30), seed=0)
+    evaluate("cologne1", MaxPressure(10), seed=1)
+    again = evaluate("cologne1", MaxPressure(10), seed=0)
+    assert first["queue_series"] == again["queue_series"]
+    assert (first["travel_time_s"], first["throughput"]) == (again["travel_time_s"], again["throughput"])

@@ -1,17 +1,25 @@
+import hashlib
 import json
+import os
 import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import pytest
 
 from llmtraffic import study
 from llmtraffic.study import gallery
-from llmtraffic.study.outputs import atomic_write, compare, relative_difference, to_markdown
+from llmtraffic.study import stats
+from llmtraffic.study.atomic import folder_lock
+from llmtraffic.study.outputs import _renderer, add_stamp, atomic_write, compare, plot_series, relative_difference, to_markdown
 from llmtraffic.study.paths import ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -83,6 +91,7 @@ def test_gallery_lists_every_saved_output(ctx, outdirs):
         assert text in readme
     assert len(gallery.outputs(outdirs / "figures")) == 4
     assert readme.index("## Bus holding") < readme.index("## Other notebooks")
+    assert "[SCORECARD.md](SCORECARD.md)" in readme and (outdirs / "figures" / "SCORECARD.md").exists()
 
 
 def test_atomic_write_keeps_old_file_when_interrupted(tmp_path):
@@ -126,3 +135,182 @@ def test_compare_keeps_rows_of_ours():
     out = compare(ours, pd.DataFrame({"x": [4.0]}, index=["b"]))
     assert list(out.index) == ["a", "b"] and out.loc["b", "x [Δ %]"] == pytest.approx(-50.0)
     assert "| b | 2 · paper 4 (Δ -50.0 %) |" in to_markdown(ours, {"x": {"b": 4.0}})
+
+
+# ---------------------------------------------------------------- output units
+
+
+def _unit_consistent(folder: Path, name: str) -> dict:
+    """The sidecar of ``name``, after checking it holds the SHA-256 of every file it lists."""
+    meta = json.loads((folder / f"{name}.json").read_text())
+    for f in meta["files"]:
+        assert hashlib.sha256((folder / f).read_bytes()).hexdigest() == meta["sha256"][f], f
+    return meta
+
+
+def test_outputs_are_0644_whatever_the_umask(ctx, outdirs):
+    old = os.umask(0o077)
+    try:
+        fig, _ = plt.subplots()
+        study.save_figure(fig, "f")
+        study.save_table(pd.DataFrame({"v": [1]}), "t")
+    finally:
+        os.umask(old)
+    out = outdirs / "figures" / "fx_plot"
+    for f in ("f.png", "f.svg", "f.json", "t.csv", "t.md", "t.json"):
+        assert (out / f).stat().st_mode & 0o777 == 0o644, f
+    assert _unit_consistent(out, "f")["files"] == ["f.png", "f.svg"]
+
+
+def test_failed_figure_leaves_the_previous_unit_and_no_temporary(ctx, outdirs, monkeypatch):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    study.save_figure(fig, "keep")
+    out = outdirs / "figures" / "fx_plot"
+    before = {f: (out / f).read_bytes() for f in ("keep.png", "keep.svg", "keep.json")}
+    real = matplotlib.figure.Figure.savefig
+
+    def svg_fails(self, fh, **kw):
+        if kw.get("format") == "svg":
+            fh.write(b"<svg partial")
+            raise OSError("disk full")
+        return real(self, fh, **kw)
+
+    ax.plot([1, 0])  # the new PNG would differ
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", svg_fails)
+    with pytest.raises(OSError, match="disk full"):
+        study.save_figure(fig, "keep")
+    assert {f: (out / f).read_bytes() for f in before} == before  # PNG not replaced either
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
+    assert not fig.texts  # the stamp was taken off again
+
+
+def test_failed_unit_write_cleans_up(tmp_path, monkeypatch):
+    from llmtraffic.study import atomic
+
+    (tmp_path / "a.csv").write_text("old a")
+    real = os.replace
+    calls = []
+
+    def second_rename_fails(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError("no space")
+        return real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", second_rename_fails)
+    with pytest.raises(OSError, match="no space"):
+        atomic.write_unit(tmp_path, {"a.csv": b"new a", "a.json": b"{}"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv"]
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    import pandas as pd
+    from llmtraffic import study
+    writer, times = int(sys.argv[1]), int(sys.argv[2])
+    study.begin("fx_plot", {"n": writer})
+    print("ready", flush=True)
+    for i in range(times):
+        study.save_table(pd.DataFrame({"writer": [writer] * 200, "i": range(200)}), "race", caption=f"by {writer}")
+""")
+
+
+def _writer(outdirs, writer: int, times: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib"), "MPLBACKEND": "Agg"}
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(writer), str(times)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_writer_waits_for_the_unit_lock(ctx, outdirs):
+    out = outdirs / "figures" / "fx_plot"
+    with folder_lock(out):
+        proc = _writer(outdirs, 1, 1)
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(2.0)
+        assert not (out / "race.csv").exists() and proc.poll() is None  # blocked on the lock
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    assert _unit_consistent(out, "race")["caption"] == "by 1"
+
+
+@pytest.mark.slow
+def test_racing_runs_leave_one_consistent_unit(ctx, outdirs):
+    procs = [_writer(outdirs, w, 25) for w in (1, 2)]
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    out = outdirs / "figures" / "fx_plot"
+    meta = _unit_consistent(out, "race")
+    writer = int(meta["caption"].split()[-1])
+    assert meta["params"]["n"] == writer
+    assert set(pd.read_csv(out / "race.csv")["writer"]) == {writer}
+    assert f"by {writer}" in (out / "race.md").read_text()
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
+# ---------------------------------------------------------------- figure hygiene
+
+
+def test_markdown_of_multilevel_index_and_columns_is_one_github_table():
+    columns = pd.MultiIndex.from_tuples([("travel (s)", "mean"), ("travel (s)", "CI"), ("hold", "")])
+    index = pd.MultiIndex.from_tuples([("case 1", "LLM"), ("case 1", "RL")], names=["scenario", "method"])
+    df = pd.DataFrame([[1.5, 0.25, 3], [2.0, 0.5, 4]], index=index, columns=columns)
+    md = to_markdown(df).splitlines()
+    assert md[0] == "| scenario | method | travel (s) / mean | travel (s) / CI | hold |"
+    assert md[1] == "|---|---|---|---|---|"
+    assert md[2] == "| case 1 | LLM | 1.5 | 0.25 | 3 |"
+    assert all(line.count("|") == 6 for line in md)
+    assert "(" not in "".join(md).replace("(s)", "")  # no tuple reprs
+    paper = pd.DataFrame([[1.0, None, None]], index=index[:1], columns=columns)
+    assert "| case 1 | LLM | 1.5 · paper 1 (Δ +50.0 %) | 0.25 | 3 |" in to_markdown(df, paper)
+    assert list(compare(df, paper).columns)[:3] == ["travel (s) / mean", "travel (s) / mean [paper]", "travel (s) / mean [Δ %]"]
+
+
+def test_stamp_sits_below_every_label():
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.set_xlabel("a long x label that spans the whole width of the axes, right to its end")
+    ax.legend(loc="lower right")
+    fig.legend(loc="lower left")
+    renderer = _renderer(fig)
+    stamp = add_stamp(fig, "profile quick · seeds [0, 1, 2, 3, 4, 5] · designer rules")
+    top = stamp.get_window_extent(renderer).y1
+    others = [ax.get_tightbbox(renderer).y0] + [leg.get_window_extent(renderer).y0 for leg in fig.legends]
+    assert top < min(others)
+
+
+def test_stamped_figure_grows_and_saving_twice_does_not_stack_stamps(ctx, outdirs):
+    fig, ax = plt.subplots()
+    ax.set_xlabel("x")
+    study.save_figure(fig, "plain", stamp=False)
+    study.save_figure(fig, "stamped")
+    study.save_figure(fig, "stamped")
+    out = outdirs / "figures" / "fx_plot"
+    height = {n: plt.imread(out / f"{n}.png").shape[0] for n in ("plain", "stamped")}
+    assert height["stamped"] > height["plain"] and not fig.texts
+    assert (out / "stamped.svg").read_text().count("profile smoke") == 1
+
+
+def test_plot_series_keeps_coinciding_series_visible():
+    fig, ax = plt.subplots()
+    x = np.arange(20)
+    lines = plot_series(ax, x, {"A": x * 1.0, "B": x * 1.0, "C": x * 1.0})
+    assert len({line.get_linestyle() for line in lines}) == 3
+    assert len({line.get_marker() for line in lines}) == 3
+    starts = [line.get_markevery()[0] for line in lines]
+    assert len(set(starts)) == 3  # markers staggered: every series shows its own
+    assert lines[0].get_linewidth() > lines[2].get_linewidth() and lines[0].get_zorder() < lines[2].get_zorder()
+    with pytest.raises(ValueError, match="series 'D' has 3 points, x has 20"):
+        plot_series(ax, x, {"D": [1, 2, 3]})
+
+
+def test_plot_series_draws_runs_as_mean_and_t_band():
+    fig, ax = plt.subplots()
+    runs = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])  # 3 agent seeds × 2 episodes
+    (line,) = plot_series(ax, [0, 1], {"agent": runs})
+    assert list(line.get_ydata()) == [3.0, 4.0]
+    half = 4.302652729911275 * 2.0 / np.sqrt(3)  # t(0.975, 2) · s / √n with s = 2
+    ys = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(3.0 - half) and ys.max() == pytest.approx(4.0 + half)
+    assert stats.mean_ci(runs[:, 0]).half_width == pytest.approx(half)
+    plot_series(ax, [0, 1], {"one run": runs[:1]})
+    assert len(ax.collections) == 1  # a single run has no band

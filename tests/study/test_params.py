@@ -119,3 +119,168 @@ def test_parameters_cell_with_tricky_comments_and_bad_cells(tmp_path):
         notebook_parameters(notebook("a = 1\nprint(a)"))
     with pytest.raises(ParamError, match="expected one cell tagged 'parameters', found 0"):
         notebook_parameters(notebook("a = 1", tags=()))
+
+
+# ----------------------------------------------------------------------------- settings from the command line
+
+
+def _captured_overrides(monkeypatch, *args):
+    """Run the CLI with ``runner.run`` replaced, returning its exit status and the overrides it got."""
+    from llmtraffic.study import runner
+
+    seen = {}
+
+    def fake_run(profile, notebooks, params, only, overrides, *rest, **kw):
+        seen["overrides"], seen["only"] = overrides, only
+        return []
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    return _cli("run", "--profile", "smoke", *args), seen
+
+
+def test_repeated_flags_pairs_and_params_files_merge(outdirs, tmp_path, monkeypatch):
+    settings = tmp_path / "mine.yaml"
+    settings.write_text("extra: {backend: openai}\n")
+    code, seen = _captured_overrides(
+        monkeypatch, "--only", "fx_plot", "--only", "fx_fail",
+        "--set", "n=4", "label=x", "--set", "scale=2.5", "-f", str(settings),
+    )
+    assert code == 0
+    assert seen["overrides"] == {"extra": {"backend": "openai"}, "n": 4, "label": "x", "scale": 2.5}
+    assert seen["only"] == ["fx_plot", "fx_fail"]
+
+
+@pytest.mark.parametrize("where", ["two flags", "file and flag"])
+def test_a_key_given_twice_is_an_error_naming_both_values(outdirs, tmp_path, monkeypatch, capsys, where):
+    settings = tmp_path / "mine.yaml"
+    settings.write_text("n: 7\n")
+    args = ["--set", "n=4", "--set", "n=5"] if where == "two flags" else ["-f", str(settings), "--set", "n=5"]
+    code, seen = _captured_overrides(monkeypatch, *args)
+    assert code == 2 and not seen
+    err = capsys.readouterr().err
+    first = "4 (--set n=4)" if where == "two flags" else f"7 ({settings})"
+    assert f"parameter 'n' is given twice: {first} and 5 (--set n=5)" in err
+
+
+@pytest.mark.parametrize("source", ["--set", "params file", "profile file"])
+def test_malformed_yaml_exits_2_naming_the_source_and_the_parser_message(outdirs, tmp_path, capsys, source):
+    params = tmp_path / "params"
+    (params / "fx_plot").mkdir(parents=True)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("n: [0, 1\n")
+    args = {"--set": ["--set", "n=[0,1"], "params file": ["-f", str(bad)], "profile file": []}[source]
+    if source == "profile file":
+        (params / "fx_plot" / "smoke.yaml").write_text("n: [0, 1\n")
+    code = main(["--notebooks", str(FIXTURES / "notebooks"), "--params", str(params),
+                 "run", "--profile", "smoke", "--only", "fx_plot", *args])
+    assert code == 2
+    err = capsys.readouterr().err
+    where = {"--set": "--set 'n=[0,1'", "params file": str(bad), "profile file": str(params / "fx_plot" / "smoke.yaml")}
+    assert where[source] in err and "not valid YAML: while parsing a flow sequence: expected ',' or ']'" in err
+    assert "Traceback" not in err and not (outdirs / "runs").exists()
+
+
+def test_unknown_profile_exits_2_naming_the_known_ones(outdirs, capsys):
+    assert _cli("run", "--profile", "quik", "--only", "fx_plot") == 2
+    err = capsys.readouterr().err
+    assert "unknown profile 'quik'; known profiles: smoke, quick, paper" in err
+    assert not (outdirs / "runs").exists()
+
+
+# ----------------------------------------------------------------------------- deeper checks and declared constraints
+
+CHECKED = '''episodes = 40  # >= 1; training episodes
+horizon_h = 4.0  # test episodes
+slack = 0.1  # >= 0 and < 1
+eval_seeds = [100, 101]  # held-out episodes
+agent_seeds = [0]
+executor = "serial"
+methods = ["a", "b"]  # a | b | c
+dqn = {"hidden": [8], "episodes": 2}
+designer = "rules"
+llm = None
+designers = [{"name": "rules", "llm": None}]'''
+
+
+def _notebook_dir(tmp_path, source, stem="nb"):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell, nbformat.v4.new_code_cell("print('ran')")]
+    folder = tmp_path / "notebooks"
+    folder.mkdir(exist_ok=True)
+    nbformat.write(nb, folder / f"{stem}.ipynb")
+    (tmp_path / "params").mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "setting, words",
+    [
+        ("eval_seeds=['a', None]", ["'eval_seeds[0]' must be int", "got str 'a'"]),
+        ("eval_seeds=[1, null]", ["'eval_seeds[1]' must be int", "got NoneType None"]),
+        ("eval_seeds=[-1]", ["'eval_seeds[0]' must be >= 0"]),
+        ("agent_seeds=[0.5]", ["'agent_seeds[0]' must be int"]),
+        ("episodes=0", ["'episodes' must be >= 1, got 0"]),
+        ("horizon_h=0", ["'horizon_h' must be > 0"]),
+        ("horizon_h=.inf", ["'horizon_h' must be finite, got inf"]),
+        ("horizon_h=.nan", ["'horizon_h' must be finite, got nan"]),
+        ("slack=1.0", ["'slack' must be >= 0 and < 1, got 1.0"]),
+        ("executor=threads", ["'executor' must be one of serial, processes, ray, got 'threads'"]),
+        ("methods=[a, d]", ["'methods[1]' must be one of a, b, c"]),
+        ("dqn={episodes: 0}", ["'dqn.episodes' must be >= 1"]),
+        ("dqn={hidden: [8, x]}", ["'dqn.hidden[1]' must be int"]),
+        ("episodes=null", ["'episodes' must be int", "got NoneType"]),
+        ("llm=5", ["'llm' must be a mapping", "got int 5"]),
+        ("llm={backend: nonsense}", ["'llm' backend must be one of openai, hf, replay, got 'nonsense'"]),
+        ("llm={backend: openai, base_url: 'http://h/v1', model: m, tmperature: 1}", ["unknown keys ['tmperature']"]),
+        ("llm={backend: openai, base_url: 'h/v1', model: m}", ["base_url must start with http:// or https://"]),
+        ("llm={backend: openai, base_url: 'http://h/v1', model: m, max_retries: -1}", ["max_retries must be an integer >= 0"]),
+        ("llm={backend: openai, base_url: 'http://h/v1', model: m, cache: {mode: replya}}", ["cache.mode must be one of"]),
+        ("designers=[{name: x, llm: {backend: nonsense}}]", ["'designers[0].llm' backend must be one of"]),
+        ("designer=gpt-4o", ["designer 'gpt-4o' needs an llm config", "designer=rules"]),
+    ],
+)
+def test_bad_values_exit_2_before_anything_runs(tmp_path, outdirs, capsys, setting, words):
+    notebooks = _notebook_dir(tmp_path, CHECKED)
+    code = main(["--notebooks", str(notebooks), "--params", str(tmp_path / "params"), "run", "--profile", "smoke",
+                 "--set", setting])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    for word in words:
+        assert word in err
+    assert "notebook nb" in err and "Nothing was executed" in err and not (outdirs / "runs").exists()
+
+
+def test_constraints_come_from_the_comment_and_the_conventions(tmp_path):
+    declared = notebook_parameters(_notebook_dir(tmp_path, CHECKED) / "nb.ipynb")
+    assert declared["episodes"].constraint.bounds == ((">=", 1.0),)
+    assert declared["episodes"].help == ">= 1; training episodes"
+    assert declared["methods"].constraint.choices == ("a", "b", "c")
+    assert declared["eval_seeds"].constraint is None  # prose: its range comes from CONVENTIONS
+    ok = validate("nb", {"episodes": 1, "horizon_h": 0.5, "slack": 0, "eval_seeds": [0], "executor": "ray",
+                         "dqn": {"episodes": 1, "batch_size": 64}, "llm": {"backend": "replay", "cassette": "x"}},
+                  declared)
+    assert ok["slack"] == 0.0 and isinstance(ok["slack"], float)
+    assert ok["dqn"] == {"episodes": 1, "batch_size": 64}  # keys the default lacks pass to the config
+    with pytest.raises(ParamError, match=r"parameter 'episodes': constraint '>= one' is not"):
+        notebook_parameters(_notebook_dir(tmp_path, "episodes = 4  # >= one") / "nb.ipynb")
+
+
+# ----------------------------------------------------------------------------- retired names (issue 11)
+
+
+def test_retired_names_are_rejected_with_the_new_ones_unless_still_declared(tmp_path):
+    renamed = notebook_parameters(_notebook_dir(tmp_path, CHECKED + "\ndesign_seeds = [100]", stem="new") / "new.ipynb")
+    with pytest.raises(ParamError) as err:
+        validate("new", {"seeds": [0]}, renamed)
+    assert "parameter 'seeds' was renamed (issue 11): use eval_seeds (held-out test episodes" in str(err.value)
+    assert "or agent_seeds (independent trainings" in str(err.value)
+    with pytest.raises(ParamError, match=r"'test_seeds' was renamed \(issue 11\): use design_seeds"):
+        validate("new", {"test_seeds": [0]}, renamed)
+    with pytest.raises(ParamError, match=r"'sensitivity_seeds' was renamed \(issue 11\): use eval_seeds"):
+        validate("new", {"sensitivity_seeds": [0]}, renamed)
+    # a notebook not renamed yet (the fixture declares `seeds`) keeps working
+    assert validate("fx_plot", {"seeds": [3]}, notebook_parameters(NB)) == {"seeds": [3]}

@@ -38,6 +38,51 @@ def test_failing_notebook_is_named_with_its_cell_and_others_still_run(outdirs, c
     assert (outdirs / "figures" / "fx_plot" / "line.png").exists()  # fx_plot ran after fx_fail
 
 
+def test_run_summary_records_times_and_failures_in_the_gallery(outdirs, capsys):
+    assert _cli("run", "--profile", "smoke") == 1
+    summary = json.loads((outdirs / "figures" / "run.json").read_text())
+    assert summary["last_run"]["profile"] == "smoke"
+    assert summary["last_run"]["jobs_failed"] == ["fx_fail"]
+    assert summary["notebooks"]["fx_plot"]["ok"] and not summary["notebooks"]["fx_fail"]["ok"]
+    assert summary["notebooks"]["fx_plot"]["seconds"] > 0
+    assert summary["last_run"]["wall_s"] >= max(n["seconds"] for n in summary["notebooks"].values()) - 1
+    # a later partial run keeps the other notebook's entry and names itself partial
+    assert _cli("run", "--profile", "smoke", "--only", "fx_plot") == 0
+    summary = json.loads((outdirs / "figures" / "run.json").read_text())
+    assert set(summary["notebooks"]) == {"fx_fail", "fx_plot"} and summary["last_run"]["only"] == ["fx_plot"]
+    readme = (outdirs / "figures" / "README.md").read_text()
+    assert "Latest run: profile `smoke` (only fx_plot), 1 notebooks" in readme
+    assert "| fx_fail | smoke |" in readme and "FAILED" in readme
+
+
 def test_fail_fast_stops_after_first_failure(outdirs, capsys):
-    assert _cli("run", "--profile", "smoke", "--fail-fast") == 1
+    assert _cli("run", "--profile", "smoke", "--fail-fast", "--jobs", "1") == 1
     assert not (outdirs / "figures" / "fx_plot").exists()  # fx_fail sorts first; fx_plot never started
+
+
+def test_merged_settings_reach_the_notebook_its_log_and_its_sidecars(outdirs, tmp_path, capsys):
+    """Issue 17: `--set a --set b` used to keep only the last flag."""
+    settings = tmp_path / "mine.yaml"
+    settings.write_text("scale: 3.0\n")
+    assert _cli("run", "--profile", "smoke", "--only", "fx_plot", "--set", "n=4", "--set", "label=x", "-f", str(settings)) == 0
+    meta = json.loads((outdirs / "figures" / "fx_plot" / "line.json").read_text())
+    assert meta["params"] == {"n": 4, "scale": 3.0, "label": "x", "seeds": [0, 1], "extra": None}
+    assert meta["changed_from_profile"] == {"n": 4, "scale": 3.0, "label": "x"}
+    captured = capsys.readouterr()
+    assert "[fx_plot] settings that differ from profile smoke: n=4, label='x', scale=3.0" in captured.out + captured.err
+
+
+def test_timeout_kill_names_the_notebook_and_the_limit(outdirs, tmp_path):
+    import nbformat
+
+    from llmtraffic.study import runner
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("wait_s = 120")
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell, nbformat.v4.new_code_cell("import time\ntime.sleep(wait_s)")]
+    (tmp_path / "nbs").mkdir()
+    nbformat.write(nb, tmp_path / "nbs" / "slow.ipynb")
+    [outcome] = runner.run("smoke", tmp_path / "nbs", tmp_path / "params", quiet=True, timeout_s=4)
+    assert not outcome.ok and outcome.seconds < 60
+    assert outcome.error.startswith("slow: killed by the timeout after 4 s (--timeout 4)")

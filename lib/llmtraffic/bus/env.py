@@ -13,6 +13,14 @@ release the bus has moved on and its holding time is back to 0). Each completed 
 learners (the DQN of §3.4); in the AEC view its reward accumulates to the agent, which sees it
 through ``last()`` at its next turn. Decisions still open at the horizon complete there with
 ``done = True``.
+
+``info`` is the simulator's decision context (``Episode.info``), except that a headway that does
+not exist (no bus ahead or behind) is `MISSING`: a NaN, so controllers test it with
+``math.isnan`` as everywhere else, that compares equal to itself, so that two runs with the same
+seed give equal infos (PettingZoo's ``seed_test``; a plain NaN is never equal to anything).
+
+Every reward value must be finite in float32 and within ±``rl.checks.REWARD_BOUND``; a reward
+that raises or breaks that bound raises `RewardFunctionError` naming the agent and the state.
 """
 
 from __future__ import annotations
@@ -24,10 +32,32 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
 
+from ..rl.checks import RewardFunctionError, check_reward  # noqa: F401  (raised here; importable from here)
 from .scenarios import Scenario
 from .sim import Decision, EpisodeResult, Episode
 
 RewardFn = Callable[[np.ndarray, int, np.ndarray], float]
+
+
+class Missing(float):
+    """NaN standing for a quantity that does not exist; equal to any NaN (see the module docstring)."""
+
+    def __new__(cls, *_):
+        return super().__new__(cls, math.nan)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, float) and math.isnan(other)
+
+    def __ne__(self, other) -> bool:
+        return not self == other
+
+    __hash__ = float.__hash__
+
+    def __reduce__(self):
+        return Missing, ()
+
+
+MISSING = Missing()
 
 
 class Transition(NamedTuple):
@@ -39,10 +69,6 @@ class Transition(NamedTuple):
     reward: float
     next_state: np.ndarray
     done: bool
-
-
-class RewardFunctionError(RuntimeError):
-    """The reward function raised or returned a non-finite value (message names agent and state)."""
 
 
 def agent_name(node: int) -> str:
@@ -143,7 +169,8 @@ class HoldingEnv(AECEnv):
         self._decision = decision
         self.agent_selection = agent
         self._obs[agent] = self.episode.state(decision.bus, decision.node)
-        self.infos[agent] = self.episode.info(decision)
+        self.infos[agent] = {k: MISSING if isinstance(v, float) and math.isnan(v) else v
+                             for k, v in self.episode.info(decision).items()}
 
     def _finish(self) -> None:
         for key in list(self._open):
@@ -164,9 +191,7 @@ class HoldingEnv(AECEnv):
     def _reward(self, agent: str, state: np.ndarray, action: int, next_state: np.ndarray) -> float:
         where = f"agent {agent!r}, current_state={state.tolist()}, action={action}, next_state={next_state.tolist()}"
         try:
-            value = float(self.reward_fn(state.copy(), action, next_state.copy()))
+            value = self.reward_fn(state.copy(), action, next_state.copy())
         except Exception as err:
             raise RewardFunctionError(f"reward function failed for {where}: {type(err).__name__}: {err}") from err
-        if not math.isfinite(value):
-            raise RewardFunctionError(f"reward function returned {value} for {where}")
-        return value
+        return check_reward(value, where)

@@ -20,12 +20,12 @@ import dataclasses
 from pathlib import Path
 
 from ..study.paths import runs_dir
-from .cassette import Cassette, CassetteMiss, request_key
+from .cassette import Cassette, CassetteError, CassetteMiss, request_key
 from .core import LLM, Completion, LLMError, Usage
 from .openai_compat import LLMAuthError, LLMNotFoundError, LLMResponseError, OpenAIBackend, OpenAIConfig
 
 __all__ = [
-    "LLM", "Cassette", "CassetteMiss", "Completion", "LLMAuthError", "LLMError", "LLMNotFoundError",
+    "LLM", "Cassette", "CassetteError", "CassetteMiss", "Completion", "LLMAuthError", "LLMError", "LLMNotFoundError",
     "LLMResponseError", "Usage", "from_config", "request_key",
 ]
 
@@ -47,8 +47,8 @@ def from_config(cfg: dict) -> LLM:
     backend = cfg.pop("backend", None)
     cache = cfg.pop("cache", None) or {}
     _check_keys(cache, {"path", "mode"}, set(), "llm.cache")
-    cassette = Cassette(cassette_path(cache["path"])) if cache.get("path") else None
-    mode = cache.get("mode", "off" if cassette is None else "record")
+    mode = cache.get("mode", "record" if cache.get("path") else "off")
+    cassette = Cassette(cassette_path(cache["path"]), record=mode == "record") if cache.get("path") else None
     if backend == "openai":
         openai_keys = {f.name for f in dataclasses.fields(OpenAIConfig)}
         _check_keys(cfg, openai_keys, {"base_url", "model"}, "llm (openai)")

@@ -4,6 +4,12 @@ One line per request: ``key`` (sha256 of backend, model, messages and sampling p
 ``occurrence`` (how many identical requests came before it in the run), the request itself,
 the answers, the tokens used and the latency. Lines are appended under an exclusive lock so
 that parallel workers may record into one file.
+
+A crash while recording can leave the last line cut off (no newline, not valid JSON). Loading
+for recording drops that line with a warning (and cuts it from the file, so the next entry starts
+on a line of its own): the request is simply asked again. Loading for replay refuses it, naming
+the line. Every entry is checked when loaded: a missing or mistyped field is a `CassetteError`
+naming the file, the line and the field.
 """
 
 from __future__ import annotations
@@ -12,7 +18,17 @@ import fcntl
 import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
+
+FIELDS = {"key": str, "occurrence": int, "backend": str, "model": str, "texts": list,
+          "prompt_tokens": int, "completion_tokens": int, "latency_s": (int, float)}
+"""Fields every entry must have, and their JSON types."""
+KINDS = {str: "a string", int: "an integer", list: "a list", (int, float): "a number"}
+
+
+class CassetteError(ValueError):
+    """A cassette file is damaged: a line that is not an entry, or an entry missing a field."""
 
 
 class CassetteMiss(KeyError):
@@ -34,10 +50,12 @@ def request_key(backend: str, model: str, messages: list[dict], params: dict) ->
 
 
 class Cassette:
-    """Entries of one JSONL file, looked up by (key, occurrence)."""
+    """Entries of one JSONL file, looked up by (key, occurrence). `record`: loaded to record into
+    (a cut-off last line is dropped rather than refused; see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, record: bool = False):
         self.path = Path(path)
+        self.record = record
         self._entries: dict[tuple[str, int], dict] = {}
         if self.path.exists():
             self._load()
@@ -46,17 +64,50 @@ class Cassette:
         return len(self._entries)
 
     def _load(self) -> None:
-        with self.path.open(encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    entry = json.loads(line)
-                    self._entries[entry["key"], entry["occurrence"]] = entry
-                except (json.JSONDecodeError, KeyError, TypeError) as error:
-                    raise ValueError(
-                        f"cassette {self.path} line {number} is not a cassette entry: {error}"
-                    ) from error
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                if number == len(lines):  # no newline after it: a write cut short
+                    self._cut_off(number, len(data) - len(line), error)
+                    return
+                raise CassetteError(f"cassette {self.path} line {number} is not a cassette entry: {error}") from error
+            self._check(entry, number)
+            self._entries[entry["key"], entry["occurrence"]] = entry
+        if self.record and data and not data.endswith(b"\n"):  # the next entry needs a line of its own
+            with self.path.open("ab") as file:
+                file.write(b"\n")
+
+    def _cut_off(self, number: int, keep: int, error: Exception) -> None:
+        if not self.record:
+            raise CassetteError(
+                f"cassette {self.path} line {number} (the last) was cut off ({error}): the recording "
+                "was interrupted. Record again (cache.mode: record) to drop that line and ask its request anew."
+            )
+        warnings.warn(f"cassette {self.path}: dropped the cut-off last line {number} (an interrupted "
+                      "recording); its request will be asked again", stacklevel=4)
+        with self.path.open("r+b") as file:
+            fcntl.flock(file, fcntl.LOCK_EX)
+            file.truncate(keep)
+
+    def _check(self, entry, number: int) -> None:
+        where = f"cassette {self.path} line {number}"
+        if not isinstance(entry, dict):
+            raise CassetteError(f"{where} is not a cassette entry (a JSON object)")
+        for field, kind in FIELDS.items():
+            if field not in entry:
+                raise CassetteError(f"{where}: the entry has no {field!r} (fields: {', '.join(FIELDS)}); "
+                                    "delete the line and record its request again")
+            value = entry[field]
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise CassetteError(f"{where}: {field!r} is {value!r}, not {KINDS[kind]}; "
+                                    "delete the line and record its request again")
+        if not all(isinstance(t, str) for t in entry["texts"]):
+            raise CassetteError(f"{where}: 'texts' must be a list of strings")
 
     def sources(self) -> set[tuple[str, str]]:
         """The (backend, model) pairs recorded."""

@@ -56,6 +56,31 @@ class OpenAIConfig:
     seed: int = 0
     """Seed of the jitter generator."""
 
+    def __post_init__(self) -> None:
+        for name in ("base_url", "model"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"llm (openai): {name} must be a non-empty string, got {getattr(self, name)!r}")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"llm (openai): base_url must start with http:// or https://, got {self.base_url!r}")
+        if self.api_key_env is not None and (not isinstance(self.api_key_env, str) or not self.api_key_env):
+            raise ValueError(f"llm (openai): api_key_env must name an environment variable (or be null), "
+                             f"got {self.api_key_env!r}")
+        _check_number("max_retries", self.max_retries, 0, integer=True)
+        _check_number("seed", self.seed, 0, integer=True)
+        _check_number("timeout_s", self.timeout_s, 0, strict=True)
+        _check_number("backoff_s", self.backoff_s, 0)
+        _check_number("backoff_max_s", self.backoff_max_s, 0)
+
+
+def _check_number(name: str, value, low: float, integer: bool = False, strict: bool = False) -> None:
+    """`ValueError` naming the field unless `value` is a (whole, when `integer`) number >= `low`
+    (> `low` when `strict`)."""
+    kinds = (int,) if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool) and (value > low if strict else value >= low)
+    if not ok:
+        what = "an integer" if integer else "a number"
+        raise ValueError(f"llm (openai): {name} must be {what} {'>' if strict else '>='} {low:g}, got {value!r}")
+
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
 
@@ -90,9 +115,9 @@ class OpenAIBackend:
                 body["seed"] = seed + len(texts)  # a repeated request must not repeat samples
             answer = self._post(body)
             texts += parse_choices(answer, self.url)
-            usage = answer.get("usage") or {}
-            prompt_tokens += int(usage.get("prompt_tokens", 0))  # each request is billed
-            completion_tokens += int(usage.get("completion_tokens", 0))
+            used = parse_usage(answer, self.url)
+            prompt_tokens += used[0]  # each request is billed
+            completion_tokens += used[1]
         return Completion(texts[:n], prompt_tokens, completion_tokens)
 
     def _headers(self) -> dict:
@@ -126,6 +151,12 @@ class OpenAIBackend:
 
     def _check(self, response: httpx.Response, attempt: int) -> dict:
         status = response.status_code
+        if status in (401, 403) and self.config.api_key_env is None:
+            raise LLMAuthError(
+                f"{self.url} refused the request (HTTP {status}) and no API key was sent: set "
+                "api_key_env to the name of the environment variable that holds the key. "
+                f"Server said: {response.text[:200]}"
+            )
         if status in (401, 403):
             raise LLMAuthError(
                 f"{self.url} refused the API key (HTTP {status}); check the variable "
@@ -159,6 +190,26 @@ class OpenAIBackend:
             except ValueError:  # an HTTP date: fall back to our own backoff
                 pass
         time.sleep(delay)
+
+
+def parse_usage(answer: dict, url: str) -> tuple[int, int]:
+    """(prompt, completion) tokens from ``usage``; an absent ``usage`` or field counts 0, a field
+    that is present but not a non-negative integer (``null``, ``"12"``) is `LLMResponseError`."""
+    usage = answer.get("usage")
+    if usage is None:
+        return 0, 0
+    if not isinstance(usage, dict):
+        raise LLMResponseError(f"{url}: 'usage' is {usage!r}, not an object of token counts")
+    counts = []
+    for field in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(field, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise LLMResponseError(
+                f"{url}: usage.{field} is {value!r}, not a token count (a non-negative integer); the "
+                "server must report token usage as integers or leave the field out"
+            )
+        counts.append(value)
+    return counts[0], counts[1]
 
 
 def parse_choices(answer: dict, url: str) -> list[str]:

@@ -10,6 +10,12 @@ episodes and then fixed at 0.02, 70 episodes, no target network.
 
 Read top to bottom: config → network → replay → agent (act, remember, end_episode) →
 checkpointed training loop.
+
+Guards: every reward entering the replay must be finite in float32 and within
+±``checks.REWARD_BOUND`` (`RewardFunctionError` otherwise); weights that turn non-finite in an
+update raise `NonFiniteWeightsError` at once, and a greedy policy (what is tested, selected and
+cached) can only be made from finite weights; a checkpoint resumes only the configuration and
+seed that wrote it (`CheckpointMismatch`; only ``episodes`` may grow, to extend a run).
 """
 
 from __future__ import annotations
@@ -24,6 +30,17 @@ import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
+
+from ..study.atomic import atomic_write
+from .checks import RewardFunctionError, check_reward  # noqa: F401  (raised here; importable from here)
+
+
+class NonFiniteWeightsError(RuntimeError):
+    """The Q-network's weights (or the TD loss) are no longer finite: the run has diverged."""
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint was written by a run with another configuration (or seed)."""
 
 
 @dataclass
@@ -181,10 +198,11 @@ class DQNAgent:
         return int(np.argmax(self.q_values(obs)))
 
     def remember(self, s, a: int, r: float, s2, done: bool) -> None:
-        """Store one transition of any agent in the shared replay."""
+        """Store one transition of any agent in the shared replay (its reward checked first)."""
         if not 0 <= int(a) < self.n_actions:
             raise ValueError(f"action {a} outside [0, {self.n_actions})")
-        self.replay.add(s, int(a), float(r), s2, bool(done))
+        where = f"the transition state={np.asarray(s).tolist()}, action={int(a)}, next_state={np.asarray(s2).tolist()}"
+        self.replay.add(s, int(a), check_reward(r, where), s2, bool(done))
 
     def _update(self) -> float:
         s, a, r, s2, done = self.replay.sample(self.rng, self.cfg.batch_size)
@@ -207,10 +225,19 @@ class DQNAgent:
         losses = []
         if self.replay.size >= self.cfg.learning_starts:
             losses = [self._update() for _ in range(self.cfg.updates_per_episode)]
+            self.check_finite(f"after the updates of episode {self.episode} (mean loss {np.mean(losses):.4g})")
         self.episode += 1
         self.epsilon = epsilon(self.cfg, self.episode)
         return {"loss": float(np.mean(losses)) if losses else float("nan"),
                 "updates": len(losses), "replay": self.replay.size}
+
+    def check_finite(self, when: str) -> None:
+        """Raise `NonFiniteWeightsError` if any weight is NaN or infinite."""
+        bad = nonfinite(self.net)
+        if bad:
+            raise NonFiniteWeightsError(
+                f"Q-network weights {bad} are not finite {when}: training diverged (rewards too "
+                f"large for the learning rate {self.cfg.lr:g}?); this agent cannot be used")
 
     def greedy_policy(self) -> "GreedyPolicy":
         """A detached copy of the current network that acts greedily (small, picklable)."""
@@ -220,6 +247,8 @@ class DQNAgent:
         """Everything needed to continue bit for bit: weights, optimiser, replay, RNG, counters."""
         return {
             "config": asdict(self.cfg),
+            "obs_dim": self.obs_dim,
+            "n_actions": self.n_actions,
             "net": self.net.state_dict(),
             "target": self.target.state_dict() if self.target is not None else None,
             "optimizer": self.optimizer.state_dict(),
@@ -230,9 +259,18 @@ class DQNAgent:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        if tuple(state["config"]["hidden"]) != self.cfg.hidden:
-            raise ValueError(f"checkpoint network hidden={state['config']['hidden']} "
-                             f"does not match this agent's hidden={self.cfg.hidden}")
+        """Continue from `state`; `CheckpointMismatch` when it comes from another configuration."""
+        # `episodes` may differ: training extended to more episodes continues as if uninterrupted
+        mine = {**asdict(self.cfg), "obs_dim": self.obs_dim, "n_actions": self.n_actions}
+        mine.pop("episodes")
+        theirs = {**state["config"], "obs_dim": state.get("obs_dim", self.obs_dim),
+                  "n_actions": state.get("n_actions", self.n_actions)}
+        differ = [f"{k}: checkpoint {theirs.get(k)!r}, this run {v!r}" for k, v in mine.items()
+                  if _plain(theirs.get(k)) != _plain(v)]
+        if differ:
+            raise CheckpointMismatch("the checkpoint was written by another configuration ("
+                                     + "; ".join(differ) + "); resume with the same configuration and "
+                                     "seed, or train in another checkpoint directory")
         self.net.load_state_dict(state["net"])
         if self.target is not None and state["target"] is not None:
             self.target.load_state_dict(state["target"])
@@ -243,10 +281,25 @@ class DQNAgent:
         self.epsilon = epsilon(self.cfg, self.episode)
 
 
+def nonfinite(net: nn.Module) -> list[str]:
+    """Names of the parameters of `net` holding NaN or infinite values."""
+    return [name for name, p in net.named_parameters() if not torch.isfinite(p).all()]
+
+
+def _plain(value):
+    """Lists and tuples alike (a config read back from a checkpoint may hold either)."""
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
 class GreedyPolicy:
-    """argmax_a Q(s, a) of a frozen network: what a trained agent does at test time."""
+    """argmax_a Q(s, a) of a frozen network: what a trained agent does at test time. Only finite
+    weights make one (`NonFiniteWeightsError`), so a diverged agent is never tested, selected
+    or cached."""
 
     def __init__(self, net: nn.Module, scale: torch.Tensor):
+        bad = nonfinite(net)
+        if bad:
+            raise NonFiniteWeightsError(f"Q-network weights {bad} are not finite: a diverged agent cannot act")
         self.net, self.scale = net.eval(), scale
 
     def q_values(self, obs) -> np.ndarray:
@@ -261,10 +314,8 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def save_checkpoint(path: Path, agent: DQNAgent, history: list[dict]) -> None:
-    """Write atomically (temp file + rename) so a kill mid-write leaves the last good one."""
-    tmp = path.with_suffix(".tmp")
-    torch.save({"agent": agent.state_dict(), "history": history}, tmp)
-    os.replace(tmp, path)
+    """Write atomically so a kill mid-write leaves the last good one."""
+    atomic_write(path, lambda fh: torch.save({"agent": agent.state_dict(), "history": history}, fh))
 
 
 def train(agent: DQNAgent, run_episode: Callable[[DQNAgent, int], dict], cfg: DQNConfig,
@@ -284,7 +335,10 @@ def train(agent: DQNAgent, run_episode: Callable[[DQNAgent, int], dict], cfg: DQ
         if ckpt.exists():
             # our own file; it holds numpy RNG state and episode statistics, not only tensors
             saved = torch.load(ckpt, weights_only=False)
-            agent.load_state_dict(saved["agent"])
+            try:
+                agent.load_state_dict(saved["agent"])
+            except CheckpointMismatch as error:
+                raise CheckpointMismatch(f"{ckpt}: {error}") from None
             history = saved["history"]
     bar = tqdm(range(agent.episode, cfg.episodes), initial=agent.episode, total=cfg.episodes,
                desc="DQN", leave=False)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
-import libsumo as ls
 import pandas as pd
 
 from .baselines import SOTL, Controller, FixedTime, MaxPressure
@@ -28,18 +27,22 @@ def evaluate(scenario: Scenario | str, controller: Controller, seed: int = 0, ep
              config: SignalConfig | None = None) -> dict:
     """One seeded episode of ``controller`` on ``scenario``.
 
+    The same seed gives the same numbers whatever ran before in this process: a SUMO episode
+    runs in a fresh process (``SignalConfig.fresh_process``), a CityFlow one on a reset engine.
+
     Returns ``travel_time_s``, ``travel_time_all_s``, ``queue``, ``delay``, ``throughput``
     (see :mod:`llmtraffic.signal.metrics`), ``deadlock`` and ``deadlock_time_s``, the per-decision
-    ``queue_series``, and the settings that produced them (scenario, controller, seed,
-    ``time_to_teleport``, SUMO version).
+    ``queue_series``, and the settings that produced them (scenario, simulator and its version,
+    controller, seed, the :class:`SignalConfig` fields).
     """
-    cfg = replace(config or SignalConfig(), episode_s=episode_s)
+    cfg = replace(config or SignalConfig(), episode_s=episode_s, fresh_process=True)
     scenario = load(scenario)
     with SignalEnv(scenario, cfg, seed=seed) as env:
         result = run_episode(env, controller, seed)
-    return {**result, "scenario": scenario.name, "controller": repr(controller), "seed": seed,
-            **{f"config_{k}": v for k, v in asdict(cfg).items()},
-            "sumo_version": ls.getVersion()[1]}
+        version = env.sim.version()
+    return {**result, "scenario": scenario.name, "simulator": scenario.simulator,
+            "simulator_version": version, "controller": repr(controller), "seed": seed,
+            **{f"config_{k}": v for k, v in asdict(cfg).items()}}
 
 
 # Table 1 of the OracleTSC seed ----------------------------------------------------------
@@ -54,7 +57,16 @@ CLASSIC = {
 
 COLUMNS = {"travel_time_s": "Travel Time", "queue": "Queue", "delay": "Delay", "throughput": "Throughput",
            "travel_time_all_s": "Travel Time (all)"}
-"""Result keys → Table 1 column names (the last is ours: unfinished trips counted too)."""
+"""Result keys → Table 1 column names on SUMO, where LibSignal's travel time counts arrived
+vehicles only (the last column is ours: unfinished trips counted too)."""
+CITYFLOW_COLUMNS = {"travel_time_all_s": "Travel Time", "queue": "Queue", "delay": "Delay",
+                    "throughput": "Throughput", "travel_time_s": "Travel Time (arrived)"}
+"""The same on CityFlow, whose own (and LibSignal's) travel time counts unfinished trips."""
+
+
+def table_columns(scenario: str) -> dict[str, str]:
+    """:data:`COLUMNS` or :data:`CITYFLOW_COLUMNS`, by the scenario's simulator."""
+    return CITYFLOW_COLUMNS if load(scenario).simulator == "cityflow" else COLUMNS
 
 
 def evaluate_method(method: str, scenario: str, seed: int, episode_s: int = 3600,
@@ -67,22 +79,28 @@ def evaluate_method(method: str, scenario: str, seed: int, episode_s: int = 3600
     return {"method": method, **evaluate(scenario, controller, seed=seed, episode_s=episode_s)}
 
 
-def mean_std_table(rows: pd.DataFrame, methods: list[str], scenario: str) -> pd.DataFrame:
-    """Table 1 layout for one scenario: ``mean ± std`` over seeds per method, plus deadlocked runs.
+def mean_ci_table(rows: pd.DataFrame, methods: list[str], scenario: str,
+                  columns: dict[str, str] | None = None) -> pd.DataFrame:
+    """Table 1 layout for one scenario: mean ± 95 % CI half-width (:func:`llmtraffic.study.stats.mean_ci`)
+    over the runs (eval seeds × agent seeds) per method, plus deadlocked runs.
 
     Deadlocked runs stay in the means (as in LibSignal's numbers) and are counted, with the
-    times they began, in the ``Deadlocks`` column.
+    times they began, in the ``Deadlocks`` column; a method with any deadlocked run has its cells
+    marked ``jammed:``, so that no comparison reads a jammed run as an improvement (a short
+    travel time there means few vehicles arrived).
     """
-    out = {}
+    from llmtraffic.study.stats import mean_ci
+
+    out, columns = {}, columns or COLUMNS
     for method in methods:
         runs = rows[(rows["method"] == method) & (rows["scenario"] == scenario)]
         if runs.empty:
             continue
         cells = {}
-        for key, name in COLUMNS.items():
-            digits = 0 if key == "throughput" else (2 if key == "delay" else 1)
-            cells[name] = f"{runs[key].mean():.{digits}f} ± {runs[key].std(ddof=0):.{digits}f}"
         stuck = runs[runs["deadlock"]]
+        for key, name in columns.items():
+            digits = 0 if key == "throughput" else (2 if key == "delay" else 1)
+            cells[name] = ("jammed: " if len(stuck) else "") + mean_ci(runs[key].astype(float).to_numpy()).format(digits)
         cells["Deadlocks"] = f"{len(stuck)}/{len(runs)}" + (
             " (from " + ", ".join(f"{t:.0f} s" for t in stuck["deadlock_time_s"]) + ")" if len(stuck) else "")
         out[method] = cells

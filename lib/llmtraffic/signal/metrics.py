@@ -46,7 +46,7 @@ class EpisodeMetrics:
             self.travel.append(time_s - self.depart.pop(veh))
             self.travel_all.append(time_s - self.scheduled.pop(veh))
         if arrived:
-            self.last_move_s = time_s
+            self.last_move_s = max(self.last_move_s, time_s)
 
     def on_decision(self, time_s: float, queue: float, delay: float, moving: bool) -> None:
         """Record one decision point; ``moving``: some vehicle in the network is moving."""

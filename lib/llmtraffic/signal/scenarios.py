@@ -1,8 +1,10 @@
-"""Single-intersection SUMO scenarios: LibSignal's Cologne1 and Hangzhou 1x1, a synthetic one.
+"""Single-intersection scenarios: LibSignal's Cologne1 (SUMO) and Hangzhou 1x1 (CityFlow), a synthetic one.
 
-The OracleTSC study (seed 001, §4.1.1) runs on LibSignal's Cologne1 and CityFlow 1x1
-(Hangzhou) intersections. CityFlow is not available here, so Hangzhou runs on LibSignal's SUMO
-conversion of the same network and flows. ``synthetic`` is a four-arm intersection with a
+The OracleTSC study (§4.1.1) runs on LibSignal's Cologne1 (SUMO) and CityFlow 1x1 (Hangzhou,
+CityFlow) intersections; ``hangzhou1x1`` is the latter on CityFlow, as in the paper, and
+``hangzhou1x1_sumo`` LibSignal's SUMO conversion of the same network and flows, to show how much
+the simulator matters. Any CityFlow config or roadnet with one signalised intersection works
+too (:class:`CityFlowScenario`). ``synthetic`` is a four-arm intersection with a
 through and a left-turn lane per approach and eight phases like Hangzhou 1x1, built at run time
 with ``netconvert`` from XML written here, with seeded Poisson demand per movement; it needs no
 data files. Any other ``.sumocfg`` with one signalised intersection works too: the environment
@@ -23,12 +25,16 @@ from pathlib import Path
 import numpy as np
 
 from llmtraffic.study import data_path
+from llmtraffic.study.atomic import atomic_write_text
 
+HANGZHOU = "libsignal/hangzhou_1x1_bc-tyc_18041610_1h"
 FILES = {
     "cologne1": "libsignal/cologne1/cologne1.sumocfg",
-    "hangzhou1x1": "libsignal/hangzhou_1x1_bc-tyc_18041610_1h/hangzhou_1x1_bc-tyc_18041610_1h.sumocfg",
+    "hangzhou1x1_sumo": f"{HANGZHOU}/hangzhou_1x1_bc-tyc_18041610_1h.sumocfg",
 }
-"""Named scenarios shipped as LibSignal data files (paths inside the data directory)."""
+"""Named SUMO scenarios shipped as LibSignal data files (paths inside the data directory)."""
+CITYFLOW_FILES = {"hangzhou1x1": (f"{HANGZHOU}/roadnet.json", f"{HANGZHOU}/flow.json")}
+"""Named CityFlow scenarios: (roadnet, flow) inside the data directory."""
 
 
 @dataclass(frozen=True)
@@ -37,14 +43,49 @@ class Scenario:
 
     name: str
     sumocfg: Path
+    simulator = "sumo"
 
     def sumo_config(self, seed: int) -> Path:
         """The configuration to start for episode seed ``seed`` (file scenarios: always the same)."""
         return self.sumocfg
 
+    def source(self, seed: int) -> Path:
+        """The file the simulator loads for episode seed ``seed``."""
+        return self.sumo_config(seed)
+
     def params(self) -> dict:
         """What identifies the scenario in provenance and caches."""
         return {"name": self.name, "sumocfg": str(self.sumocfg)}
+
+
+@dataclass(frozen=True)
+class CityFlowScenario(Scenario):
+    """A CityFlow scenario: a roadnet and a flow file (one-second steps, no lane changes, as LibSignal)."""
+
+    name: str = "cityflow"
+    sumocfg: Path = Path()
+    roadnet: Path = Path()
+    flow: Path = Path()
+    simulator = "cityflow"
+
+    def __post_init__(self) -> None:
+        for path in (self.roadnet, self.flow):
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"CityFlow scenario {self.name!r}: {path} does not exist")
+
+    def source(self, seed: int) -> Path:
+        """CityFlow config for this roadnet and flow (the seed is set on the engine, not here)."""
+        cfg = {"interval": 1.0, "seed": 0, "dir": "", "roadnetFile": str(Path(self.roadnet).resolve()),
+               "flowFile": str(Path(self.flow).resolve()), "rlTrafficLight": True, "laneChange": False,
+               "saveReplay": False, "roadnetLogFile": "", "replayLogFile": ""}
+        text = json.dumps(cfg, sort_keys=True)
+        path = Path(tempfile.gettempdir()) / "llmtraffic-cityflow" / f"{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+        if not path.exists():
+            atomic_write_text(path, text)
+        return path
+
+    def params(self) -> dict:
+        return {"name": self.name, "simulator": "cityflow", "roadnet": str(self.roadnet), "flow": str(self.flow)}
 
 
 # Synthetic intersection --------------------------------------------------------------------
@@ -116,22 +157,13 @@ class SyntheticScenario(Scenario):
             build_network(folder, self.road_m, self.speed)
         routes = folder / f"routes_{seed}.rou.xml"
         if not routes.exists():
-            _write(routes, routes_xml(self.rates, self.profile, self.duration_s, seed))
+            atomic_write_text(routes, routes_xml(self.rates, self.profile, self.duration_s, seed))
         cfg = folder / f"seed_{seed}.sumocfg"
         if not cfg.exists():
-            _write(cfg, f'<configuration>\n  <input>\n    <net-file value="{net.name}"/>\n'
+            atomic_write_text(cfg, f'<configuration>\n  <input>\n    <net-file value="{net.name}"/>\n'
                         f'    <route-files value="{routes.name}"/>\n  </input>\n'
                         '  <time>\n    <begin value="0"/>\n  </time>\n</configuration>\n')
         return cfg
-
-
-def _write(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so concurrent builders never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def netconvert() -> str:
@@ -186,7 +218,7 @@ def build_network(folder: Path, road_m: float, speed: float) -> Path:
     paths = {}
     for kind, text in network_xml(road_m, speed).items():
         paths[kind] = folder / f"plain.{kind}.xml"
-        _write(paths[kind], text)
+        atomic_write_text(paths[kind], text)
     net = folder / "net.net.xml"
     tmp = folder / f"net.{os.getpid()}.part.xml"
     cmd = [netconvert(), "--node-files", str(paths["nod"]), "--edge-files", str(paths["edg"]),
@@ -194,6 +226,7 @@ def build_network(folder: Path, road_m: float, speed: float) -> Path:
            "--no-turnarounds", "true", "--output-file", str(tmp)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
         raise RuntimeError(f"netconvert failed for {folder}:\n{done.stderr}")
     os.replace(tmp, net)
     return net
@@ -235,8 +268,8 @@ def routes_xml(rates: dict[str, float], profile: tuple[float, ...], duration_s: 
 # Lookup ----------------------------------------------------------------------------------
 
 def load(name: str | os.PathLike, **params) -> Scenario:
-    """``"cologne1"``, ``"hangzhou1x1"``, ``"synthetic"`` (keyword parameters of
-    :class:`SyntheticScenario`) or a path to a ``.sumocfg``."""
+    """``"cologne1"``, ``"hangzhou1x1"`` (CityFlow), ``"hangzhou1x1_sumo"``, ``"synthetic"``
+    (keyword parameters of :class:`SyntheticScenario`) or a path to a ``.sumocfg``."""
     if isinstance(name, Scenario):
         return name
     key = str(name)
@@ -246,6 +279,9 @@ def load(name: str | os.PathLike, **params) -> Scenario:
         raise TypeError(f"scenario {key!r} takes no parameters, got {sorted(params)}")
     if key in FILES:
         return Scenario(key, data_path(FILES[key]))
+    if key in CITYFLOW_FILES:
+        roadnet, flow = CITYFLOW_FILES[key]
+        return CityFlowScenario(key, roadnet=data_path(roadnet), flow=data_path(flow))
     if key.endswith(".sumocfg"):
         path = Path(key)
         if not path.is_file():
@@ -255,5 +291,5 @@ def load(name: str | os.PathLike, **params) -> Scenario:
         except ET.ParseError as err:
             raise ValueError(f"scenario file {path} is not valid XML: {err}") from None
         return Scenario(path.stem, path.resolve())
-    raise ValueError(f"unknown scenario {key!r}; known: {sorted([*FILES, 'synthetic'])} "
+    raise ValueError(f"unknown scenario {key!r}; known: {sorted([*FILES, *CITYFLOW_FILES, 'synthetic'])} "
                      "or a path ending in .sumocfg")

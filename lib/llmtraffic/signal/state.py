@@ -1,6 +1,6 @@
 """Plain data shared by the signal environment, the baselines and the LLM prompt.
 
-The environment (``signal/env.py``) fills these; controllers and ``signal/prompt.py``
+The environment (``signal/env.py``, from either simulator backend) fills these; controllers and ``signal/prompt.py``
 read them, so a prompt can be built for any intersection the environment discovers.
 """
 
@@ -33,7 +33,7 @@ class Phase:
     """Plain-language description used in prompts."""
     movements: tuple[Movement, ...] = ()
     sumo_state: str = ""
-    """SUMO signal-state string of this green phase."""
+    """SUMO signal-state string of this green phase (empty on CityFlow, whose backend maps phases to light phases)."""
 
 
 @dataclass(frozen=True)

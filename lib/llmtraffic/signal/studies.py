@@ -459,16 +459,17 @@ def agreement_table(evaluations: dict[str, dict]) -> pd.DataFrame:
 
 def traces_table(evaluations: dict[str, dict], prompt_chars: int = 400) -> pd.DataFrame:
     """The kept reasoning traces (Listings 1–2): per named evaluation and probe, the prompt
-    (its last ``prompt_chars`` characters) and the G answers with the phase each names."""
+    (its last ``prompt_chars`` characters) and the G answers with the phase each names; an
+    empty table when there are none (every backbone unavailable)."""
     rows = []
     for name, evaluation in evaluations.items():
-        for trace in evaluation["traces"]:
+        for trace in evaluation.get("traces", []):
             prompt = trace["prompt"]
             rows.append({"policy": name, "decision": trace["decision"],
                          "prompt": prompt if len(prompt) <= prompt_chars else "…" + prompt[-prompt_chars:],
                          "answers": " ‖ ".join(repr(a) for a in trace["answers"]),
                          "phases": ", ".join(p or "—" for p in trace["phases"])})
-    return pd.DataFrame(rows).set_index(["policy", "decision"])
+    return pd.DataFrame(rows, columns=["policy", "decision", "prompt", "answers", "phases"]).set_index(["policy", "decision"])
 
 
 def pool(evaluations: Sequence[dict]) -> dict:

@@ -7,21 +7,26 @@ Notebooks use::
     ctx = study.begin("bus_case1", globals())
     results = study.run_grid(fn, study.grid(seed=seeds, method=methods), executor=executor, jobs=jobs)
     agent = study.cached("dqn", params, lambda: train(...))
+    study.plot_series(ax, episodes, {"LLM": runs_llm, "RL": runs_rl})  # seeds × episodes: mean + CI band
     study.save_figure(fig, "headway_sd_by_stop", caption="...")
-    study.save_table(df, "table1", paper=paper_values, caption="...")
+    summary = study.tables.summarize(rows, ["travel_s"], units=["agent_seed", "eval_seed"],
+                                     units_label="agent seeds × eval seeds", reference="RL-global")
+    study.save_table(summary.frame, "table1", paper=paper_values, caption=summary.caption)
     study.claim("llm_vs_rl_global", "bus", "§5.2.2, Table 1", "...", "travel (%)", "table1",
                 ours=study.stats.paired_difference(llm, rl_global, relative=True), paper_value=-3.73)
 """
 
-from . import stats
-from .cache import cached, source_digest
+from . import stats, tables
+from .cache import cached, dependency_digest, source_digest
 from .claims import claim
 from .context import Context, begin, current
 from .executor import grid, run_grid
-from .outputs import save_figure, save_table
+from .outputs import plot_series, save_figure, save_table
+from .provenance import DirtyTreeError
 from .paths import DataMissingError, data_dir, data_path, figures_dir, runs_dir
 
 __all__ = [
-    "Context", "DataMissingError", "begin", "cached", "claim", "current", "data_dir", "data_path",
-    "figures_dir", "grid", "run_grid", "runs_dir", "save_figure", "save_table", "source_digest", "stats",
+    "Context", "DataMissingError", "DirtyTreeError", "begin", "cached", "claim", "current", "data_dir",
+    "data_path", "dependency_digest", "figures_dir", "grid", "plot_series", "run_grid", "runs_dir",
+    "save_figure", "save_table", "source_digest", "stats", "tables",
 ]

@@ -163,6 +163,11 @@ def _ours(c: dict) -> str:
     return f"{o['mean']:.3g}{unit} [{o['low']:.3g}, {o['high']:.3g}] (n = {o['n']})"
 
 
+def link_target(link: str, root: Path | None = None) -> str:
+    """The file a claim's link names, relative to the figures folder: the table's Markdown, else the figure's PNG."""
+    return f"{link}.md" if (Path(root or figures_dir()) / f"{link}.md").exists() else f"{link}.png"
+
+
 def render(root: Path | None = None) -> str:
     """The scorecard: counts per paper and verdict, then every claim grouped by paper and section."""
     claims = load(root)
@@ -191,7 +196,7 @@ def render(root: Path | None = None) -> str:
         lines += ["| where | claim | paper | ours | verdict | quantity | source |", "|---|---|---|---|---|---|---|"]
         for c in sorted(mine, key=lambda c: (c["where"], c["id"])):
             link = c["link"]
-            target = f"{link}.md" if (Path(root or figures_dir()) / f"{link}.md").exists() else f"{link}.png"
+            target = link_target(link, root)
             note = f" — {c['note']}" if c.get("note") else ""
             cells = [
                 c["where"], f"`{c['id']}`: {c['statement']}{note}", _fmt(c.get("paper_value")), _ours(c),

@@ -1,14 +1,22 @@
-"""``python -m llmtraffic.study {list,run,data,gallery}``."""
+"""``python -m llmtraffic.study {list,run,data,gallery}``.
+
+Exit status of ``run``: 0 all notebooks succeeded; 1 a notebook failed; 2 a setting that can
+never work (unknown profile or parameter, wrong type or range, malformed YAML, unknown LLM
+backend, a key given twice, uncommitted code without --allow-dirty); 3 a resource the settings ask for is missing here (an unreachable
+LLM endpoint, a backbone without local weights or GPU). On 2 and 3 nothing was executed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from . import data, gallery, runner
-from .params import DEFAULT_PROFILE, PROFILES, ParamError, load_profile, notebook_parameters, parse_set
+from . import data, gallery, provenance, runner
+from .params import DEFAULT_PROFILE, PROFILES, ParamError, load_profile, merge_settings, notebook_parameters
 from .paths import ROOT, data_dir
+from .preflight import ResourceError
 
 
 def _list(args) -> int:
@@ -24,14 +32,22 @@ def _list(args) -> int:
 
 
 def _run(args) -> int:
+    if args.allow_dirty:
+        os.environ[provenance.ALLOW_DIRTY] = "1"  # papermill's kernels inherit it
     try:
         outcomes = runner.run(
-            args.profile, args.notebooks, args.params, args.only, parse_set(args.set),
+            args.profile, args.notebooks, args.params, args.only, merge_settings(args.params_file, args.set),
             args.jobs, args.fail_fast, args.fresh, timeout_s=args.timeout,
         )
     except ParamError as err:
         print(f"error: {err}\nNothing was executed.", file=sys.stderr)
         return 2
+    except provenance.DirtyTreeError as err:
+        print(f"error: {err}\nNothing was executed.", file=sys.stderr)
+        return 2
+    except ResourceError as err:
+        print(f"error: missing here:\n{err}\nNothing was executed.", file=sys.stderr)
+        return 3
     failed = [o for o in outcomes if not o.ok]
     print(f"{len(outcomes) - len(failed)} of {len(outcomes)} notebooks succeeded; figures: {gallery.write()}")
     for o in failed:
@@ -52,18 +68,26 @@ def _data(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llmtraffic.study", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m llmtraffic.study", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--notebooks", type=Path, default=ROOT / "notebooks", help="folder of notebooks")
     parser.add_argument("--params", type=Path, default=ROOT / "params", help="folder of params/<stem>/<profile>.yaml")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="notebooks, their profiles and parameters")
     run = sub.add_parser("run", help="execute notebooks with papermill")
     run.add_argument("--profile", default=DEFAULT_PROFILE, help=f"one of {', '.join(PROFILES)} (default {DEFAULT_PROFILE})")
-    run.add_argument("--only", nargs="+", metavar="GLOB", help="run only notebooks whose stem matches")
-    run.add_argument("--jobs", type=int, default=1, help="notebooks run at once")
-    run.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override a parameter (YAML value)")
+    # action="extend": a repeated flag adds to the earlier ones instead of replacing them
+    run.add_argument("--only", nargs="+", action="extend", metavar="GLOB", help="run only notebooks whose stem matches")
+    run.add_argument("--jobs", type=int, default=runner.DEFAULT_JOBS,
+                     help=f"notebooks run at once (default {runner.DEFAULT_JOBS}: this machine's cores, at most 4)")
+    run.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                     help="override parameters (YAML values); repeatable, merged with --params-file")
+    run.add_argument("-f", "--params-file", action="append", default=[], type=Path, metavar="FILE",
+                     help="a YAML mapping of parameter overrides; repeatable; a key given twice is an error")
     run.add_argument("--fail-fast", action="store_true", help="stop after the first failing notebook")
     run.add_argument("--fresh", action="store_true", help="ignore cached artifacts (retrain)")
+    run.add_argument("--allow-dirty", action="store_true",
+                     help="save into figures/ from uncommitted lib/, notebooks/ or params/ (outputs are marked)")
     run.add_argument("--timeout", type=float, default=None, help="seconds before a notebook is killed")
     check = sub.add_parser("data", help="download the public data sets into $LLMTRAFFIC_DATA")
     check.add_argument("--check", action="store_true", help="only verify presence and checksums")

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import preflight
 from .paths import ROOT, figures_dir
-from .params import notebook_parameters
+from .params import differences, load_profile, notebook_parameters, validate
 
 LABEL_KEYS = ("backbone", "designer")
 """Parameters that name what produced a result; they go into every label besides profile and seeds."""
@@ -22,6 +23,8 @@ class Context:
     profile: str
     params: dict[str, Any]
     title: str = ""
+    changed: dict[str, Any] = field(default_factory=dict)
+    """Parameters whose values differ from the profile's (its file over the notebook's defaults)."""
     started: float = field(default_factory=time.time)
 
     @property
@@ -64,18 +67,27 @@ def begin(stem: str, namespace: dict[str, Any] | None = None) -> Context:
     """Start recording for notebook ``stem``; call it right after the ``parameters`` cell.
 
     ``namespace`` is the notebook's ``globals()``: the values of the parameters declared in the
-    notebook's ``parameters`` cell are taken from it. The profile comes from the runner
+    notebook's ``parameters`` cell are taken from it, and checked before any compute as the
+    runner checks them (:func:`.preflight.check`: an unknown LLM backend, an unreachable
+    endpoint, a backbone without weights stop here). The profile comes from the runner
     (``LLMTRAFFIC_PROFILE``); a notebook opened by hand in JupyterLab records ``interactive``.
     """
     global _current
     notebook = _notebook_path(stem)
+    profile = os.environ.get("LLMTRAFFIC_PROFILE", "interactive")
     params: dict[str, Any] = {}
+    changed: dict[str, Any] = {}
     title = ""
     if notebook.exists():
         title = _title(notebook)
         if namespace is not None:
-            params = {k: namespace[k] for k in notebook_parameters(notebook) if k in namespace}
-    _current = Context(stem, os.environ.get("LLMTRAFFIC_PROFILE", "interactive"), params, title)
+            declared = notebook_parameters(notebook)
+            params = {k: namespace[k] for k in declared if k in namespace}
+            preflight.check(stem, params)
+            params_dir = Path(os.environ.get("LLMTRAFFIC_PARAMS") or ROOT / "params")
+            base = validate(stem, load_profile(params_dir, stem, profile), declared)
+            changed = differences(declared, base, params)
+    _current = Context(stem, profile, params, title, changed=changed)
     return _current
 
 

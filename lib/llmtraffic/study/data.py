@@ -9,13 +9,12 @@ commit so a checksum can only fail if a download is corrupted or the source was 
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .atomic import atomic_write_bytes
 from .paths import data_dir
 
 LIBSIGNAL = (
@@ -215,11 +214,7 @@ def fetch(
             raise ChecksumError(
                 f"{f.path}: checksum {got} differs from the manifest's {f.sha256} (source {url_of(f)})"
             )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(content)
-        os.replace(tmp, target)
+        atomic_write_bytes(target, content)
         placed.append(target)
     return placed
 

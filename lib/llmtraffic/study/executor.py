@@ -2,7 +2,8 @@
 
 ``run_grid(fn, jobs)`` calls ``fn(**job)`` for every job and returns the results in job order,
 serially, in local processes, or on a Ray cluster. Jobs must carry their own seeds (the executor
-adds no randomness), so the same grid gives the same results under all three.
+adds no randomness), so the same grid gives the same results under all three. Cached artifacts a
+job uses in a worker process are noted in this process's provenance, as if the job ran here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 from tqdm.auto import tqdm
+
+from . import provenance
 
 EXECUTORS = ("serial", "processes", "ray")
 
@@ -56,8 +59,18 @@ def run_grid(
         bar.close()
 
 
-def _call(fn: Callable[..., Any], job: dict[str, Any]) -> Any:
-    return fn(**job)
+def _call(fn: Callable[..., Any], job: dict[str, Any]) -> tuple[Any, list[dict]]:
+    """Run one job in a worker; return its result and the cached artifacts it used."""
+    before = {a["key"] for a in provenance.artifacts()}
+    result = fn(**job)
+    return result, [a for a in provenance.artifacts() if a["key"] not in before]
+
+
+def _collect(outcome: tuple[Any, list[dict]]) -> Any:
+    result, used = outcome
+    for entry in used:
+        provenance.note_artifact(entry)
+    return result
 
 
 def _processes(fn, jobs, workers, bar) -> list[Any]:
@@ -71,7 +84,7 @@ def _processes(fn, jobs, workers, bar) -> list[Any]:
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {pool.submit(_call, fn, job): i for i, job in enumerate(jobs)}
         for future in as_completed(futures):
-            results[futures[future]] = future.result()
+            results[futures[future]] = _collect(future.result())
             bar.update()
     return results
 
@@ -109,6 +122,6 @@ def _ray(fn, jobs, workers, bar) -> list[Any]:
     pending = list(refs)
     while pending:
         done, pending = ray.wait(pending, num_returns=1)
-        results[index[done[0]]] = ray.get(done[0])
+        results[index[done[0]]] = _collect(ray.get(done[0]))
         bar.update()
     return results

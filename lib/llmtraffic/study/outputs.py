@@ -1,96 +1,172 @@
 """Saving figures and tables into ``figures/<stem>/`` with a provenance sidecar each.
 
-Every file is written atomically (temporary file in the same folder, then ``os.replace``), so an
-interrupted run leaves either the previous version or the new one, never half of a file.
+The files of one output (``name.png`` + ``name.svg`` or ``name.csv`` + ``name.md``, and the sidecar
+``name.json`` holding their SHA-256) are rendered in memory and written as one unit
+(:func:`~llmtraffic.study.atomic.write_unit`): an interrupted or a racing run leaves the previous
+unit or a complete new one. Saving into the repository's ``figures/`` from uncommitted code stops
+(see :mod:`~llmtraffic.study.provenance`).
+
+For notebook authors, :func:`plot_series` draws named series so that none hides another (own
+dash pattern and staggered markers per series) and draws runs × points arrays as a mean with a
+95 % t-interval band (learning curves over agent seeds).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import math
-import os
 import re
-import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from . import gallery, provenance
+from . import gallery, provenance, stats
+from .atomic import atomic_write, atomic_write_text, write_unit
 from .context import Context, current
 
+__all__ = [
+    "atomic_write", "atomic_write_text", "compare", "leading_number", "plot_series", "relative_difference",
+    "save_figure", "save_table", "to_markdown",
+]
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
-    """Write ``path`` through ``write(fh)`` on a temporary file, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+DIRTY_MARK = "UNCOMMITTED CODE"
+"""Added to the stamp and the Markdown label of outputs made from a dirty tree."""
 
 
-def atomic_write_text(path: Path, text: str) -> Path:
-    return atomic_write(path, lambda fh: fh.write(text.encode()))
+def _label(ctx: Context, meta: dict) -> str:
+    return ctx.label + (f" · {DIRTY_MARK}" if meta["git"].get("dirty") else "")
 
 
-def _sidecar(ctx: Context, kind: str, name: str, caption: str, files: list[str], extra: dict | None = None) -> dict:
-    return {
+def _save_unit(ctx: Context, kind: str, name: str, caption: str, files: dict[str, bytes], meta: dict) -> None:
+    """Write ``files`` with their sidecar as one unit, then regenerate the gallery and scorecard."""
+    sidecar = {
         "kind": kind,
         "name": name,
         "caption": caption,
-        "files": files,
+        "files": list(files),
+        "sha256": {f: hashlib.sha256(data).hexdigest() for f, data in files.items()},
         "notebook": ctx.stem,
         "title": ctx.title,
         "profile": ctx.profile,
         "label": ctx.label,
         "params": ctx.params,
+        "changed_from_profile": ctx.changed,
         "seeds": ctx.seeds,
         "created": time.time(),
         "wall_time_s": round(time.time() - ctx.started, 3),
-        **provenance.record(),
-        **(extra or {}),
+        **meta,
     }
-
-
-def _write_sidecar(ctx: Context, name: str, meta: dict) -> None:
-    atomic_write_text(ctx.out_dir / f"{name}.json", json.dumps(meta, indent=1, default=str) + "\n")
+    payload = json.dumps(sidecar, indent=1, default=str) + "\n"
+    write_unit(ctx.out_dir, {**files, f"{name}.json": payload.encode()})
     gallery.write()
+
+
+# ---------------------------------------------------------------- figures
+
+
+def _renderer(fig):
+    canvas = fig.canvas
+    return canvas.get_renderer() if hasattr(canvas, "get_renderer") else fig._get_renderer()
+
+
+def add_stamp(fig, text: str, gap_pt: float = 4.0):
+    """Put ``text`` in a margin of its own below everything the figure draws (tick labels, axis
+    labels, legends), right-aligned; ``bbox_inches="tight"`` then grows the figure to hold it.
+    Returns the text artist (remove it after saving)."""
+    box = fig.get_tightbbox(_renderer(fig))  # inches
+    width, height = fig.get_size_inches()
+    y = (box.y0 - gap_pt / 72) / height
+    return fig.text(box.x1 / width, y, text, ha="right", va="top", fontsize=6, color="0.45")
 
 
 def save_figure(fig, name: str, caption: str = "", stamp: bool = True) -> Path:
     """Save ``fig`` as ``figures/<stem>/<name>.png`` and ``.svg`` with a provenance sidecar.
 
-    ``stamp`` writes the run's label (profile, seeds, backbone/designer) in the figure's corner,
-    so a figure seen out of context still says what produced it.
+    ``stamp`` writes the run's label (profile, seeds, backbone/designer; a mark when made from
+    uncommitted code) in a strip below the figure, so a figure seen out of context still says what
+    produced it; the stamp is removed from ``fig`` afterwards.
     """
     ctx = current()
-    if stamp:
-        fig.text(0.995, 0.005, ctx.label, ha="right", va="bottom", fontsize=6, color="0.45")
-    for ext in ("png", "svg"):
-        atomic_write(ctx.out_dir / f"{name}.{ext}", lambda fh, ext=ext: fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight"))
-    _write_sidecar(ctx, name, _sidecar(ctx, "figure", name, caption, [f"{name}.png", f"{name}.svg"]))
+    meta = provenance.record(ctx.out_dir)
+    text = add_stamp(fig, _label(ctx, meta)) if stamp else None
+    try:
+        files = {}
+        for ext in ("png", "svg"):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight")
+            files[f"{name}.{ext}"] = buf.getvalue()
+    finally:
+        if text is not None:
+            text.remove()
+    _save_unit(ctx, "figure", name, caption, files, meta)
     return ctx.out_dir / f"{name}.png"
 
 
-_NUMBER = re.compile(r"^\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
+STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1, 1, 1)), "v"), ((0, (1, 1)), "X"))
+"""(dash pattern, marker) per series, in order."""
+
+
+def plot_series(ax, x: Sequence[float], series: Mapping[str, Any], markers: int = 8, band: bool = True, **kw) -> list:
+    """Plot named series on ``ax`` so that a series hidden under another stays visible.
+
+    Each series gets its own dash pattern and marker (:data:`STYLES`); markers sit at about
+    ``markers`` points per series, staggered between series so that coinciding lines show every
+    marker; earlier series are drawn wider and below later ones. A 2-D value (runs × points, e.g.
+    agent seeds × episodes) is drawn as its mean with a shaded 95 % t-interval band over the runs
+    (``band=False``: the mean only). ``kw`` goes to every ``ax.plot``. Returns the lines.
+    """
+    x = np.asarray(x)
+    count = len(series)
+    step = max(count, len(x) // markers, 1)  # at least one slot per series, so offsets differ
+    lines = []
+    for i, (label, values) in enumerate(series.items()):
+        values = np.asarray(values, dtype=float)
+        if values.ndim == 2:
+            mean, low, high = _band(values)
+        else:
+            mean, low, high = values, None, None
+        if mean.shape != x.shape:
+            raise ValueError(f"series {label!r} has {mean.shape[0]} points, x has {x.shape[0]}")
+        dash, marker = STYLES[i % len(STYLES)]
+        (line,) = ax.plot(
+            x, mean, label=label, linestyle=dash, marker=marker, markevery=((i * step // count) % max(len(x), 1), step),
+            linewidth=max(1.0, 2.6 - 0.4 * i), markersize=max(4.0, 7.0 - 0.6 * i), zorder=2 + i,
+            markerfacecolor="none" if i % 2 else None, **kw,
+        )
+        if band and low is not None:
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.18, linewidth=0, zorder=1 + i)
+        lines.append(line)
+    return lines
+
+
+def _band(runs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Mean and 95 % t-interval per column of ``runs`` (rows: independent runs)."""
+    if runs.shape[0] == 1:
+        return runs[0], None, None
+    estimates = [stats.mean_ci(column) for column in runs.T]
+    return (np.array([e.mean for e in estimates]), np.array([e.low for e in estimates]),
+            np.array([e.high for e in estimates]))
+
+
+# ---------------------------------------------------------------- tables
+
+_NUMBER = re.compile(r"^\s*([-+−]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 
 
 def leading_number(value: Any) -> float | None:
     """The number a cell stands for: a float, or the first number of text like ``"12.3 ± 0.4"``."""
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float, np.integer, np.floating)):
         return None if math.isnan(value) else float(value)
     match = _NUMBER.match(str(value))
-    return float(match.group(1)) if match else None
+    return float(match.group(1).replace("−", "-")) if match else None
 
 
 def relative_difference(ours: Any, paper: Any) -> float | None:
@@ -101,13 +177,30 @@ def relative_difference(ours: Any, paper: Any) -> float | None:
     return 100.0 * (a - b) / abs(b)
 
 
+def _flat(label: Any) -> str:
+    """A column or index label as text; a multi-level label joins its non-empty levels with " / "."""
+    if isinstance(label, tuple):
+        return " / ".join(str(part) for part in label if str(part) != "")
+    return str(label)
+
+
+def _flat_columns(df: pd.DataFrame) -> pd.DataFrame:
+    if not isinstance(df.columns, pd.MultiIndex):
+        return df
+    out = df.copy()
+    out.columns = [_flat(c) for c in df.columns]
+    return out
+
+
 def compare(ours: pd.DataFrame, paper: pd.DataFrame | dict) -> pd.DataFrame:
     """Long table with, per column ``c`` of ``ours``: ``c``, ``c [paper]``, ``c [Δ %]``.
 
     ``paper`` has the layout of ``ours`` (same row index and column names; a dict is read as
-    ``{column: {row: value}}``); missing paper cells stay empty.
+    ``{column: {row: value}}``); missing paper cells stay empty. Multi-level columns of both are
+    flattened to ``"level 1 / level 2"``.
     """
-    paper = pd.DataFrame(paper) if isinstance(paper, dict) else paper
+    ours = _flat_columns(ours)
+    paper = _flat_columns(pd.DataFrame(paper) if isinstance(paper, dict) else paper)
     paper = paper.reindex(index=ours.index)
     out = {}
     for col in ours.columns:
@@ -123,20 +216,29 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value).replace("|", "\\|")
+    return str(value).replace("|", "\\|").replace("\n", " ")
 
 
 def to_markdown(df: pd.DataFrame, paper: pd.DataFrame | dict | None = None) -> str:
-    """A Markdown table; with ``paper``, each cell reads ``ours · paper P (Δ +x.x %)``."""
-    paper_df = None if paper is None else (pd.DataFrame(paper) if isinstance(paper, dict) else paper).reindex(index=df.index)
-    header = [df.index.name or ""] + [str(c) for c in df.columns]
+    """A GitHub Markdown table; with ``paper``, each cell reads ``ours · paper P (Δ +x.x %)``.
+
+    A multi-level index becomes one column per level; multi-level columns become one header row
+    whose labels join the levels with " / " (GitHub tables have a single header row).
+    """
+    df = _flat_columns(df)
+    paper_df = None if paper is None else _flat_columns(pd.DataFrame(paper) if isinstance(paper, dict) else paper)
+    if paper_df is not None:
+        paper_df = paper_df.reindex(index=df.index)
+    levels = df.index.nlevels
+    names = list(df.index.names)
+    header = [_cell(n) if n is not None else "" for n in names] + [_cell(c) for c in df.columns]
     rows = []
-    for idx, row in df.iterrows():
-        cells = [_cell(idx)]
+    for position, (idx, row) in enumerate(df.iterrows()):
+        cells = [_cell(part) for part in (idx if levels > 1 else (idx,))]
         for col in df.columns:
             text = _cell(row[col])
-            if paper_df is not None and col in paper_df.columns and _cell(paper_df.at[idx, col]):
-                theirs = paper_df.at[idx, col]
+            if paper_df is not None and col in paper_df.columns and _cell(paper_df[col].iloc[position]):
+                theirs = paper_df[col].iloc[position]
                 diff = relative_difference(row[col], theirs)
                 text += f" · paper {_cell(theirs)}" + (f" (Δ {diff:+.1f} %)" if diff is not None else "")
             cells.append(text)
@@ -153,12 +255,9 @@ def save_table(df: pd.DataFrame, name: str, paper: pd.DataFrame | dict | None = 
     ``[paper]`` and ``[Δ %]`` columns and the Markdown shows paper, ours and the difference per cell.
     """
     ctx = current()
+    meta = provenance.record(ctx.out_dir)
     table = compare(df, paper) if paper is not None else df
-    atomic_write_text(ctx.out_dir / f"{name}.csv", table.to_csv())
-    md = (f"**{caption}**\n\n" if caption else "") + to_markdown(df, paper) + f"\n_{ctx.label}_\n"
-    atomic_write_text(ctx.out_dir / f"{name}.md", md)
-    _write_sidecar(
-        ctx, name,
-        _sidecar(ctx, "table", name, caption, [f"{name}.csv", f"{name}.md"], {"has_paper_values": paper is not None}),
-    )
+    md = (f"**{caption}**\n\n" if caption else "") + to_markdown(df, paper) + f"\n_{_label(ctx, meta)}_\n"
+    files = {f"{name}.csv": table.to_csv().encode(), f"{name}.md": md.encode()}
+    _save_unit(ctx, "table", name, caption, files, {**meta, "has_paper_values": paper is not None})
     return ctx.out_dir / f"{name}.csv"

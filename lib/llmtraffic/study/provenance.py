@@ -1,4 +1,14 @@
-"""What made an output: code version, packages, hardware."""
+"""What made an output: code version, packages, hardware, cached artifacts; and the guard that keeps
+uncommitted code out of ``figures/``.
+
+**Guard.** Outputs saved into the repository's ``figures/`` folder (figures, tables, claims) must
+name the commit that made them, so saving there from a tree with uncommitted changes (modified or
+untracked files) under :data:`CODE_PATHS` stops with :class:`DirtyTreeError`. Set
+``LLMTRAFFIC_ALLOW_DIRTY=1`` (the runner's ``--allow-dirty``) to save anyway while exploring: the
+outputs then carry ``"allow_dirty": true`` in their sidecar and a mark in their stamp and in the
+gallery. A figures folder outside the repository (``LLMTRAFFIC_FIGURES``, used by the tests) cannot
+be committed, so the guard leaves it alone; its outputs still record the tree's state.
+"""
 
 from __future__ import annotations
 
@@ -8,30 +18,87 @@ import subprocess
 import sys
 from functools import lru_cache
 from importlib import metadata
+from pathlib import Path
 
-from .paths import ROOT
+from . import paths
 
 KEY_PACKAGES = (
     "llmtraffic", "numpy", "pandas", "torch", "transformers", "peft", "bitsandbytes",
     "simpy", "matplotlib", "papermill",
 )
 SUMO_PACKAGES = ("libsumo", "eclipse-sumo")
+CODE_PATHS = ("lib", "notebooks", "params")
+"""Folders whose content decides what an output shows; uncommitted changes there make a tree dirty."""
+ALLOW_DIRTY = "LLMTRAFFIC_ALLOW_DIRTY"
+SHOWN = 10  # changed files named in an error or a sidecar
 
 
-def git_state(root=ROOT) -> dict:
-    """``{"commit": sha or None, "dirty": bool or None}`` of the repository at ``root``."""
+class DirtyTreeError(RuntimeError):
+    """Saving into the repository's figures/ from a tree with uncommitted code changes."""
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=20
-        ).stdout.strip()
 
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=20
+    ).stdout
+
+
+def changed_files(root: Path | None = None) -> list[str] | None:
+    """Modified, staged or untracked (not ignored) files under :data:`CODE_PATHS`; None without git."""
+    root = Path(root or paths.ROOT)
     try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS)
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": commit, "dirty": dirty}
+        return None
+    return [line[3:] for line in status.splitlines() if line.strip()]
+
+
+def git_state(root: Path | None = None) -> dict:
+    """``{"commit", "dirty", "changed"}`` of the repository at ``root`` (None where git cannot tell).
+
+    ``dirty`` concerns :data:`CODE_PATHS` only: the run's own outputs under ``figures/`` do not
+    make the code that produced them uncommitted.
+    """
+    root = Path(root or paths.ROOT)
+    try:
+        commit = _git(root, "rev-parse", "HEAD").strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None, "changed": []}
+    changed = changed_files(root)
+    return {"commit": commit, "dirty": None if changed is None else bool(changed), "changed": (changed or [])[:SHOWN]}
+
+
+def allow_dirty() -> bool:
+    return os.environ.get(ALLOW_DIRTY, "") not in ("", "0")
+
+
+def guarded(target: Path, root: Path | None = None) -> bool:
+    """Whether ``target`` lies in the repository's own ``figures/`` folder (the committed one)."""
+    root = Path(root or paths.ROOT).resolve()
+    return Path(target).resolve().is_relative_to(root / "figures")
+
+
+def require_clean(root: Path | None = None) -> None:
+    """Raise :class:`DirtyTreeError` when :data:`CODE_PATHS` hold uncommitted changes (and the
+    flag is not set). The runner calls it before executing anything, so a long run cannot fail at
+    its first save."""
+    changed = changed_files(root)
+    if changed and not allow_dirty():
+        names = ", ".join(changed[:SHOWN]) + (f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else "")
+        raise DirtyTreeError(
+            f"uncommitted changes under {'/, '.join(CODE_PATHS)}/ ({names}): outputs saved into figures/ "
+            f"must name the commit that made them. Commit the changes, or set {ALLOW_DIRTY}=1 "
+            "(runner: --allow-dirty) to save outputs marked as made from uncommitted code."
+        )
+
+
+def check_target(target: Path, root: Path | None = None) -> dict:
+    """The tree's state for an output about to be saved at ``target``; raises
+    :class:`DirtyTreeError` for the repository's figures/ from a dirty tree without the flag."""
+    if guarded(target, root):
+        require_clean(root)
+    state = git_state(root)
+    return {"git": state, "allow_dirty": bool(state["dirty"]) and allow_dirty()}
 
 
 def package_versions(names=KEY_PACKAGES) -> dict[str, str | None]:
@@ -67,12 +134,27 @@ def _memory_gb() -> float | None:
     return round(pages * size / 2**30, 1)
 
 
-def record() -> dict:
-    """Code, packages and hardware of this process (SUMO versions when SUMO was imported)."""
-    names = KEY_PACKAGES + (SUMO_PACKAGES if "libsumo" in sys.modules or "traci" in sys.modules else ())
+_artifacts: dict[str, dict] = {}  # cache key -> what study.cached served in this process
+
+
+def note_artifact(entry: dict) -> None:
+    """Record a cached artifact this process used (called by :func:`llmtraffic.study.cached`)."""
+    _artifacts[entry["key"]] = entry
+
+
+def artifacts() -> list[dict]:
+    """The cached artifacts used so far by this process (and the jobs it ran through ``run_grid``)."""
+    return list(_artifacts.values())
+
+
+def record(target: Path | None = None) -> dict:
+    """Code, packages, hardware and cached artifacts behind an output saved at ``target``
+    (default: the figures folder). Applies the guard (see the module docstring)."""
+    names = KEY_PACKAGES + (SUMO_PACKAGES if "libsumo" in sys.modules or "traci" in sys.modules else ()) + (("cityflow",) if "cityflow" in sys.modules else ())
     return {
-        "git": git_state(),
+        **check_target(Path(target or paths.figures_dir())),
         "python": platform.python_version(),
         "packages": package_versions(names),
         "hardware": hardware(),
+        "artifacts": artifacts(),
     }

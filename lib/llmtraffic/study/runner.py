@@ -22,9 +22,15 @@ from typing import Any
 import yaml
 from tqdm.auto import tqdm
 
-from . import gallery
-from .params import ParamError, load_profile, notebook_parameters, validate
-from .paths import ROOT, runs_dir
+from . import findings, gallery, provenance
+from .atomic import atomic_write_text
+from .params import ParamError, check_profile, differences, load_profile, notebook_parameters, validate
+from .paths import ROOT, figures_dir, runs_dir
+from .preflight import ResourceError, check_settings, resource_problems
+
+
+DEFAULT_JOBS = max(1, min(os.cpu_count() or 1, 4))
+"""Notebooks at once by default: every core (at most 4; each notebook may run a process pool of its own)."""
 
 
 @dataclass
@@ -32,6 +38,11 @@ class Plan:
     stem: str
     notebook: Path
     params: dict[str, Any]
+    """What papermill injects: the profile's values and the user's settings."""
+    changed: dict[str, Any] = field(default_factory=dict)
+    """The parameters whose values differ from the profile's (file over the notebook's defaults)."""
+    full: dict[str, Any] = field(default_factory=dict)
+    """Every parameter's value, defaults included (what the pre-flight checks see)."""
 
 
 @dataclass
@@ -55,12 +66,35 @@ def discover(notebooks_dir: Path, only: list[str] | None = None) -> list[Path]:
 def plan(
     notebooks: list[Path], profile: str, params_dir: Path, overrides: dict[str, Any] | None = None
 ) -> list[Plan]:
-    """Resolve and validate the parameters of every notebook; raises :class:`ParamError` first."""
+    """Resolve and validate the parameters of every notebook (types, constraints, settings that
+    can never work); raises :class:`ParamError` before anything runs."""
     plans = []
     for nb in notebooks:
-        values = {**load_profile(params_dir, nb.stem, profile), **(overrides or {})}
-        plans.append(Plan(nb.stem, nb, validate(nb.stem, values, notebook_parameters(nb))))
+        declared = notebook_parameters(nb)
+        base = validate(nb.stem, load_profile(params_dir, nb.stem, profile), declared)
+        values = validate(nb.stem, {**base, **(overrides or {})}, declared)
+        full = {**{k: p.default for k, p in declared.items()}, **values}
+        check_settings(nb.stem, full)
+        plans.append(Plan(nb.stem, nb, values, differences(declared, base, values), full))
     return plans
+
+
+def preflight(plans: list[Plan]) -> None:
+    """Raise :class:`ResourceError` naming every notebook whose settings ask for a resource that
+    is missing here (an unreachable LLM endpoint, a backbone without weights), before any runs."""
+    memo: dict = {}
+    by_problem: dict[str, list[str]] = {}
+    for p in plans:
+        for problem in resource_problems(p.full, memo):
+            by_problem.setdefault(problem, []).append(p.stem)
+    if by_problem:
+        raise ResourceError("\n".join(f"{', '.join(stems)}: {problem}" for problem, stems in by_problem.items()))
+
+
+def settings_line(p: Plan, profile: str) -> str:
+    """The log line naming every parameter that differs from the profile."""
+    shown = ", ".join(f"{k}={v!r}" for k, v in p.changed.items()) or "none"
+    return f"settings that differ from profile {profile}: {shown}"
 
 
 def failure_message(stem: str, executed: Path, fallback: str) -> str:
@@ -81,9 +115,11 @@ def failure_message(stem: str, executed: Path, fallback: str) -> str:
 
 
 def execute(
-    p: Plan, profile: str, out_dir: Path, echo=None, timeout_s: float | None = None, fresh: bool = False
+    p: Plan, profile: str, out_dir: Path, echo=None, timeout_s: float | None = None, fresh: bool = False,
+    params_dir: Path = ROOT / "params",
 ) -> Outcome:
-    """Run one notebook with papermill in a subprocess, streaming its log lines to ``echo``."""
+    """Run one notebook with papermill in a subprocess, streaming its log lines to ``echo``;
+    ``timeout_s`` kills it (and says so)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / f"{p.stem}.ipynb"
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
@@ -93,6 +129,7 @@ def execute(
         **os.environ,
         "LLMTRAFFIC_PROFILE": profile,
         "LLMTRAFFIC_NOTEBOOK": str(p.notebook.resolve()),
+        "LLMTRAFFIC_PARAMS": str(Path(params_dir).resolve()),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "MPLBACKEND": "Agg",
         "LLMTRAFFIC_FRESH": "1" if fresh else os.environ.get("LLMTRAFFIC_FRESH", ""),
@@ -102,9 +139,17 @@ def execute(
         "--log-output", "--no-progress-bar", "--cwd", str(p.notebook.parent), "-k", "python3",
     ]
     start = time.time()
-    log: list[str] = []
+    log = [settings_line(p, profile)]
+    if echo:
+        echo(f"[{p.stem}] {log[0]}")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    timer = threading.Timer(timeout_s, proc.kill) if timeout_s else None
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout_s, kill) if timeout_s else None
     if timer:
         timer.start()
     try:
@@ -121,6 +166,10 @@ def execute(
     seconds = time.time() - start
     if proc.returncode == 0:
         return Outcome(p.stem, True, seconds, output, log=log)
+    if timed_out.is_set():
+        error = (f"{p.stem}: killed by the timeout after {timeout_s:g} s (--timeout {timeout_s:g}); "
+                 "raise --timeout or run a smaller profile")
+        return Outcome(p.stem, False, seconds, output, error, log)
     tail = next((line for line in reversed(log) if line.strip()), f"papermill exited with status {proc.returncode}")
     return Outcome(p.stem, False, seconds, output, failure_message(p.stem, output, tail), log)
 
@@ -131,20 +180,29 @@ def run(
     params_dir: Path = ROOT / "params",
     only: list[str] | None = None,
     overrides: dict[str, Any] | None = None,
-    jobs: int = 1,
+    jobs: int = DEFAULT_JOBS,
     fail_fast: bool = False,
     fresh: bool = False,
     quiet: bool = False,
     timeout_s: float | None = None,
 ) -> list[Outcome]:
-    """Validate, then execute the selected notebooks; regenerate the gallery at the end.
+    """Validate, check resources, then execute the selected notebooks; regenerate the gallery at the end.
 
-    Raises :class:`ParamError` (before anything runs) when any notebook's parameters are wrong.
+    Raises (before anything runs) :class:`ParamError` for an unknown profile or parameters that
+    can never work, :class:`ResourceError` for a resource the settings ask for that is missing here.
     """
+    check_profile(params_dir, profile)
+    if timeout_s is not None and not timeout_s > 0:
+        raise ParamError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")
+    if jobs < 1:
+        raise ParamError(f"--jobs must be at least 1, got {jobs}")
     notebooks = discover(notebooks_dir, only)
     if only and not notebooks:
         raise ParamError(f"--only {' '.join(only)} matches no notebook in {notebooks_dir}")
     plans = plan(notebooks, profile, params_dir, overrides)
+    preflight(plans)
+    provenance.check_target(figures_dir())  # a dirty tree fails now, not at its first save
+    started = time.time()
     out_dir = runs_dir() / profile
     outcomes: list[Outcome] = []
     bar = tqdm(total=len(plans), desc=f"notebooks ({profile})", unit="nb", disable=quiet or not plans)
@@ -154,15 +212,43 @@ def run(
     def one(p: Plan) -> Outcome | None:
         if stop.is_set():
             return None
-        outcome = execute(p, profile, out_dir, echo, timeout_s, fresh)
+        outcome = execute(p, profile, out_dir, echo, timeout_s, fresh, params_dir)
         bar.update()
         bar.write(f"{'ok  ' if outcome.ok else 'FAIL'} {p.stem} ({outcome.seconds:.0f} s)" + ("" if outcome.ok else f": {outcome.error}"))
         if not outcome.ok and fail_fast:
             stop.set()
         return outcome
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
         outcomes = [o for o in pool.map(one, plans) if o is not None]
     bar.close()
+    record_run(profile, outcomes, time.time() - started, only)
     gallery.write()
+    if figures_dir().resolve() == (ROOT / "figures").resolve():
+        findings.update_readme()
     return outcomes
+
+
+RUN_SUMMARY = "run.json"
+"""``figures/run.json``: the latest run's wall time and each notebook's latest time and outcome."""
+
+
+def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[str] | None) -> Path:
+    """Merge this run into ``figures/run.json`` (per notebook: the latest time, outcome and commit)."""
+    path = figures_dir() / RUN_SUMMARY
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        summary = {}
+    commit = provenance.git_state()["commit"]
+    notebooks = summary.get("notebooks", {})
+    for o in outcomes:
+        notebooks[o.stem] = {"ok": o.ok, "seconds": round(o.seconds, 1), "profile": profile, "commit": commit,
+                             "error": o.error, "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    summary = {
+        "last_run": {"profile": profile, "only": only or [], "commit": commit, "wall_s": round(wall_s, 1),
+                     "jobs_failed": [o.stem for o in outcomes if not o.ok], "notebooks": len(outcomes),
+                     "cpus": os.cpu_count()},
+        "notebooks": dict(sorted(notebooks.items())),
+    }
+    return atomic_write_text(path, json.dumps(summary, indent=1) + "\n")

@@ -4,17 +4,19 @@ Generated code is data until it passes two checks, and even then it never runs i
 notebook's process:
 
 1. `static_check`: the AST must define ``reward(current_state, action, next_state)`` and use
-   only ``math``, ``numpy`` and its own pure helper functions: no other import, no I/O or
-   introspection builtins (``open``, ``exec``, ``eval``, ``compile``, ``__import__``,
-   ``getattr``, ``globals`` …), no dunder or private attribute (the ``().__class__.__bases__
-   [0].__subclasses__()`` escape), no numpy file or system attribute, no ``global`` state.
+   only what ``allowlist.py`` lists: its syntax, builtins, attributes and modules (``math``,
+   ``numpy``, ``numpy.linalg``), with constant default arguments. Anything else is refused with
+   a reason the designer can act on.
 2. `validate_reward_code` then runs the function on recorded (or example) transitions in a
-   separate process (``worker.py``) under a wall-clock timeout and memory, CPU and file
-   limits, and requires a finite number with \\|r\\| <= 1e3 for every transition.
+   separate process (``worker.py``: resource limits, no new file descriptors or processes, the
+   user nobody when root, a seccomp system-call allowlist, a fresh namespace per call) under a
+   wall-clock timeout, and requires a finite number with \\|r\\| <= 1e3 for every transition.
 
 `SandboxedReward` is how training calls a validated reward: a long-lived worker process
 answers each call (or a batch of transitions per call), a call that takes longer than the
-timeout kills the worker and raises `RewardTimeout`, and the next call starts a new one.
+timeout kills the worker and raises `RewardTimeout`, and the next call starts a new one. Every
+value it returns is held to the same bound (`RewardFunctionError` otherwise): a reward that
+validated on a few transitions may still blow up on states met only in training.
 """
 
 from __future__ import annotations
@@ -33,20 +35,17 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ...rl.checks import RewardFunctionError
+from .allowlist import check_tree
+
 REWARD_ARGS = ("current_state", "action", "next_state")
-ALLOWED_IMPORTS = {"math", "numpy"}
-FORBIDDEN_NAMES = {
-    "open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "getattr",
-    "setattr", "delattr", "input", "breakpoint", "exit", "quit", "help", "memoryview", "type",
-    "object", "super", "classmethod", "staticmethod", "property", "print", "dir", "id",
-}
-"""Builtins generated code may not use: I/O, dynamic code, introspection and class machinery."""
-FORBIDDEN_ATTRIBUTES = {
-    "load", "loads", "save", "savez", "savez_compressed", "savetxt", "loadtxt", "genfromtxt",
-    "fromfile", "tofile", "fromregex", "memmap", "dump", "dumps", "DataSource", "ctypeslib",
-    "ctypes", "lib", "f2py", "testing", "distutils", "os", "sys", "system", "popen", "test",
-}
-"""numpy attributes (and names reaching the OS) that read or write files or load code."""
+TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign, ast.AnnAssign)
+"""Statements allowed outside functions (plus a docstring)."""
+STARTUP_S = 60.0
+"""Time a worker may take to start (Python, numpy, limits) before the code's own limit applies;
+generous because a loaded machine can take seconds."""
+REPLY_LIMIT = 1 << 20
+"""Largest reply accepted from a worker that is not a batch of rewards (an error message)."""
 BOUND = 1e3
 """Largest allowed |reward| (the prompts ask for rewards without extreme values, App. A.2)."""
 
@@ -68,19 +67,19 @@ class RewardError(RuntimeError):
 
 
 def static_check(code: str) -> RewardCheck:
-    """Syntax, the ``reward`` signature and the allowed constructs (see the module docstring)."""
+    """Syntax, the ``reward`` signature and the allowlist of ``allowlist.py``."""
     try:
         tree = ast.parse(code)
     except SyntaxError as error:
         return RewardCheck(False, f"syntax error at line {error.lineno}: {error.msg}")
     for statement in tree.body:
-        if not isinstance(statement, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign,
-                                      ast.AnnAssign, ast.Expr)):
+        docstring = isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+        if not isinstance(statement, TOP_LEVEL) and not docstring:
             return RewardCheck(False, f"top-level {type(statement).__name__} statement is not allowed "
                                       "(only imports, functions and constants)")
-    problems = sorted(p for node in ast.walk(tree) if (p := _forbidden(node)))
-    if problems:  # the most telling one: imports, then names, then attributes, then the rest
-        return RewardCheck(False, problems[0][-1])
+    reason = check_tree(tree)
+    if reason:
+        return RewardCheck(False, reason)
     rewards = [s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "reward"]
     if not rewards:
         return RewardCheck(False, "no function reward(current_state, action, next_state) is defined")
@@ -93,49 +92,12 @@ def static_check(code: str) -> RewardCheck:
     return RewardCheck(True, "ok")
 
 
-def _forbidden(node: ast.AST) -> tuple[int, int, int, int, str] | None:
-    """(rank, line, column, end column, reason) when one AST node is not allowed, else None.
-
-    Sorting these puts the innermost of chained attributes (``().__class__`` in
-    ``().__class__.__bases__``) first: they start together, the inner one ends first."""
-    reason = _forbidden_reason(node)
-    if reason is None:
-        return None
-    rank = next(i for i, kinds in enumerate(RANKS) if isinstance(node, kinds))
-    where = [getattr(node, key, 0) for key in ("lineno", "col_offset", "end_col_offset")]
-    return rank, *where, reason
-
-
-RANKS = ((ast.Import, ast.ImportFrom), ast.Name, ast.Attribute, ast.AST)
-
-
-def _forbidden_reason(node: ast.AST) -> str | None:
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-        for name in names:
-            if name.split(".")[0] not in ALLOWED_IMPORTS or getattr(node, "level", 0):
-                return f"import of {name!r} is not allowed (only math and numpy)"
-            if set(name.split(".")) & FORBIDDEN_ATTRIBUTES:
-                return f"import of {name!r} is not allowed (file or system access)"
-        if isinstance(node, ast.ImportFrom):
-            for alias in node.names:
-                if alias.name == "*":
-                    return f"'from {node.module} import *' is not allowed (import names explicitly)"
-                if alias.name in FORBIDDEN_ATTRIBUTES or alias.name.startswith("_"):
-                    return f"import of {node.module}.{alias.name} is not allowed (file or system access)"
-    if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
-        return f"use of {node.id!r} is not allowed"
-    if isinstance(node, ast.Attribute):
-        if node.attr.startswith("_"):
-            return f"access to attribute {node.attr!r} is not allowed (no dunder or private attributes)"
-        if node.attr in FORBIDDEN_ATTRIBUTES:
-            return f"attribute {node.attr!r} is not allowed (file or system access)"
-    if isinstance(node, (ast.Global, ast.Nonlocal)):
-        return f"'{type(node).__name__.lower()}' statements are not allowed (the reward must be pure)"
-    if isinstance(node, ast.ClassDef):
-        return "class definitions are not allowed (use functions)"
-    if isinstance(node, (ast.AsyncFunctionDef, ast.Await, ast.Yield, ast.YieldFrom)):
-        return f"{type(node).__name__} is not allowed (reward must return a number)"
+def bound_reason(value: float, where: str) -> str | None:
+    """Why one reward value (returned for the transition `where`) is unusable, else None."""
+    if not np.isfinite(value):
+        return f"reward returned {value} for {where}; it must be finite"
+    if abs(value) > BOUND:
+        return f"reward returned {value:.4g} for {where}, outside [-{BOUND:g}, {BOUND:g}]: avoid extreme reward values"
     return None
 
 
@@ -180,6 +142,7 @@ class Worker:
     """One child process running ``worker.py`` on `code`, in `run_dir`, with limits.
 
     No static check here: callers check first (`validate_reward_code`, `SandboxedReward`).
+    ``confined`` says whether the worker's seccomp system-call allowlist is in force.
     """
 
     def __init__(self, code: str, run_dir: str | os.PathLike, memory_mb: int = 512, cpu_s: int = 0,
@@ -194,9 +157,10 @@ class Worker:
             cwd=run_dir, env=env, start_new_session=True,
         )
         try:
+            self.confined = self._reply(STARTUP_S, "starting the worker", 1) == b"S"
             self._send(code.encode())
-            self._reply(timeout_s, "loading the code")
-        except RewardError:  # the code failed to load: reap the child before reporting
+            self._reply(timeout_s, "loading the code", 0)
+        except (RewardError, RewardTimeout):  # the code failed to load: reap the child before reporting
             self.close()
             raise
 
@@ -205,7 +169,11 @@ class Worker:
         payload = struct.pack("<ii", n, dim) + states.astype(np.float64).tobytes() + \
             actions.astype(np.int64).tobytes() + next_states.astype(np.float64).tobytes()
         self._send(payload)
-        return np.frombuffer(self._reply(timeout_s, f"evaluating {n} transitions"), np.float64)
+        reply = self._reply(timeout_s, f"evaluating {n} transitions", 8 * n)
+        if len(reply) != 8 * n:
+            self.close()
+            raise RewardError(f"the reward worker sent {len(reply)} bytes for {n} rewards; it was killed")
+        return np.frombuffer(reply, np.float64)
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -224,11 +192,16 @@ class Worker:
         except BrokenPipeError:
             self._died("receiving a request")
 
-    def _reply(self, timeout_s: float, doing: str) -> bytes:
+    def _reply(self, timeout_s: float, doing: str, size: int) -> bytes:
+        """The payload of the next frame; `size` (bytes expected on success) caps what is read."""
         deadline = time.monotonic() + timeout_s
         doing = f"{doing} (limit {timeout_s:g} s)"
         head = self._read(4, deadline, doing)
-        body = self._read(struct.unpack("<I", head)[0], deadline, doing)
+        length = struct.unpack("<I", head)[0]
+        if length > max(size + 1, REPLY_LIMIT):  # a worker the code has taken over
+            self.close()
+            raise RewardError(f"the reward worker announced a {length}-byte reply while {doing}; it was killed")
+        body = self._read(length, deadline, doing)
         if body[:1] != b"\0":
             raise RewardError(body[1:].decode(errors="replace"))
         return body[1:]
@@ -281,12 +254,9 @@ def validate_reward_code(code: str, timeout_s: float = 5.0, transitions=None, me
             if worker is not None:
                 worker.close()
     for i, value in enumerate(values):
-        if not np.isfinite(value):
-            return RewardCheck(False, f"reward returned {value} for transition {i} "
-                                      f"(current_state {states[i].tolist()}, action {actions[i]}); it must be finite")
-        if abs(value) > BOUND:
-            return RewardCheck(False, f"reward returned {value:.4g} for transition {i}, outside "
-                                      f"[-{BOUND:g}, {BOUND:g}]: avoid extreme reward values")
+        reason = bound_reason(value, f"transition {i} (current_state {states[i].tolist()}, action {actions[i]})")
+        if reason:
+            return RewardCheck(False, reason)
     return RewardCheck(True, "ok")
 
 
@@ -297,7 +267,8 @@ class SandboxedReward:
     ``reward.batch(states, actions, next_states) -> ndarray`` answers many per round trip
     (use it where transitions come in batches: one IPC round trip costs tens of µs). A call
     that exceeds `timeout_s` kills the worker and raises `RewardTimeout`; the next call starts
-    a new worker. Use as a context manager, or call `close`.
+    a new worker. A value that is not finite or beyond ±`BOUND` raises `RewardFunctionError`
+    naming the transition. Use as a context manager, or call `close`.
     """
 
     def __init__(self, code: str, timeout_s: float = 5.0, memory_mb: int = 512,
@@ -319,11 +290,18 @@ class SandboxedReward:
         states, next_states = np.atleast_2d(states), np.atleast_2d(next_states)
         if self._worker is None or self._worker.process.poll() is not None:
             self._worker = Worker(self.code, self.run_dir, self.memory_mb, timeout_s=self.timeout_s)
+        actions = np.atleast_1d(np.asarray(actions))
         try:
-            return self._worker.evaluate(states, np.asarray(actions), next_states, self.timeout_s)
+            values = self._worker.evaluate(states, actions, next_states, self.timeout_s)
         except RewardTimeout:
             self._worker = None  # killed by Worker; the next call starts afresh
             raise
+        bad = np.flatnonzero(~(np.abs(values) <= BOUND))  # NaN fails the comparison too
+        if bad.size:
+            i = bad[0]
+            raise RewardFunctionError(bound_reason(values[i], f"current_state {states[i].tolist()}, action "
+                                                              f"{int(actions[i])}, next_state {next_states[i].tolist()}"))
+        return values
 
     def close(self) -> None:
         if self._worker is not None:

@@ -1,5 +1,8 @@
 """IPPO baseline of OracleTSC Table 1: independent PPO, one agent per intersection.
 
+Beside :mod:`llmtraffic.rl.llm_ppo` (the LLM's PPO), whose :func:`~llmtraffic.rl.llm_ppo.gae`
+it uses.
+
 On a single intersection IPPO is plain PPO (Schulman et al. 2017) with a categorical policy
 over the green phases, written CleanRL-style: roll out one episode with the current policy,
 compute GAE advantages, then a few epochs of clipped-surrogate minibatch updates. Observation
@@ -15,14 +18,16 @@ import numpy as np
 import torch
 from torch import nn
 from torch.distributions import Categorical
+from tqdm.auto import tqdm
 
-from .env import SignalConfig, SignalEnv, lane_counts_phase, negative_queue
-from .scenarios import Scenario
-from .state import IntersectionState
+from ..signal.env import SignalConfig, SignalEnv, lane_counts_phase, negative_queue
+from ..signal.scenarios import Scenario
+from ..signal.state import IntersectionState
+from .llm_ppo import gae
 
 
 @dataclass
-class PPOConfig:
+class IPPOConfig:
     """Hyperparameters of IPPO on one intersection (one decision = one 10-s slot)."""
 
     hidden: tuple[int, ...] = (64, 64)
@@ -83,7 +88,7 @@ class IPPO:
     observation = staticmethod(lane_counts_phase)
     reward = staticmethod(negative_queue)
 
-    def __init__(self, obs_dim: int, n_actions: int, cfg: PPOConfig, greedy: bool = False):
+    def __init__(self, obs_dim: int, n_actions: int, cfg: IPPOConfig, greedy: bool = False):
         gen = torch.Generator().manual_seed(cfg.seed)
         self.actor = mlp([obs_dim, *cfg.hidden, n_actions], 0.01, gen)
         self.critic = mlp([obs_dim, *cfg.hidden, 1], 1.0, gen)
@@ -109,21 +114,25 @@ class IPPO:
         return "IPPO (greedy)" if self.greedy else "IPPO"
 
 
-def gae(rewards: np.ndarray, values: np.ndarray, last_value: float, gamma: float, lam: float) -> np.ndarray:
-    """Generalised advantage estimates of one truncated episode, bootstrapped from ``last_value``
-    (:func:`llmtraffic.rl.llm_ppo.gae` ends at a terminal answer instead)."""
-    adv = np.zeros_like(rewards)
-    running, nxt = 0.0, last_value
-    for t in reversed(range(len(rewards))):
-        delta = rewards[t] + gamma * nxt - values[t]
-        running = delta + gamma * lam * running
-        adv[t], nxt = running, values[t]
-    return adv
+def bootstrapped_gae(rewards: np.ndarray, values: np.ndarray, last_value: float, gamma: float,
+                     lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and returns of one truncated episode, bootstrapped from ``last_value``.
+
+    :func:`llmtraffic.rl.llm_ppo.gae` ends at a terminal step (V = 0 after it); adding
+    γ·V(s_T) to the last reward gives the same last TD error, δ = r + γV(s_T) − V(s_{T−1}),
+    so that one GAE serves both.
+    """
+    r = torch.as_tensor(rewards, dtype=torch.float32).clone()
+    r[-1] += gamma * last_value
+    return gae(r, torch.as_tensor(values, dtype=torch.float32), gamma, lam)
 
 
-def train_ippo(scenario: Scenario | str, cfg: PPOConfig | None = None) -> tuple[IPPO, list[dict]]:
-    """Train IPPO; returns the controller and one dict of statistics per episode."""
-    cfg = cfg or PPOConfig()
+def train_ippo(scenario: Scenario | str, cfg: IPPOConfig | None = None,
+               progress: bool = True) -> tuple[IPPO, list[dict]]:
+    """Train IPPO; returns the controller and one dict of statistics per episode.
+
+    ``progress`` shows a bar over the training episodes with the last episode's queue."""
+    cfg = cfg or IPPOConfig()
     rng = torch.Generator().manual_seed(cfg.seed)
     history = []
     with SignalEnv(scenario, SignalConfig(episode_s=cfg.episode_s), observation=IPPO.observation,
@@ -131,7 +140,9 @@ def train_ippo(scenario: Scenario | str, cfg: PPOConfig | None = None) -> tuple[
         agent = IPPO(env.observation_space.shape[0], env.action_space.n, cfg)
         params = [*agent.actor.parameters(), *agent.critic.parameters()]
         optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
-        for episode in range(cfg.episodes):
+        bar = tqdm(range(cfg.episodes), desc=f"IPPO {env.scenario.name}",
+                   unit="episode", disable=not progress, leave=False)
+        for episode in bar:
             # rollout with the current policy
             obs, _ = env.reset(seed=cfg.seed * 1000 + episode)
             xs, actions, logps, rewards, done = [], [], [], [], False
@@ -148,9 +159,7 @@ def train_ippo(scenario: Scenario | str, cfg: PPOConfig | None = None) -> tuple[
             with torch.no_grad():
                 values = agent.critic(x).squeeze(1).numpy()
                 last = 0.0 if terminated else float(agent.critic(agent._x(obs)))
-            adv = gae(np.asarray(rewards, np.float32), values, last, cfg.gamma, cfg.gae_lambda)
-            ret = torch.as_tensor(adv + values)
-            adv = torch.as_tensor(adv)
+            adv, ret = bootstrapped_gae(np.asarray(rewards, np.float32), values, last, cfg.gamma, cfg.gae_lambda)
             # clipped-surrogate updates
             for _ in range(cfg.epochs):
                 order = torch.randperm(len(x), generator=rng)
@@ -168,4 +177,5 @@ def train_ippo(scenario: Scenario | str, cfg: PPOConfig | None = None) -> tuple[
             summary = env.summary()
             history.append({"episode": episode, "return": float(sum(rewards) / cfg.reward_scale),
                             **{k: summary[k] for k in ("queue", "travel_time_s", "throughput")}})
+            bar.set_postfix(queue=f"{summary['queue']:.1f}")
     return agent, history

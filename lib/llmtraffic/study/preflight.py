@@ -1,0 +1,187 @@
+"""Checks before any compute: settings that can never work, and resources missing on this machine.
+
+Decided per resource (issue 17); the runner checks every selected notebook before the first
+one starts, and :func:`llmtraffic.study.begin` checks again for a notebook opened by hand:
+
+- ``llm`` (the parameter, or any key ``llm`` inside one, e.g. ``designers[i].llm``): its shape
+  (a mapping, a known backend, the backend's keys, the cache mode) is a setting, checked with
+  the parameters (:class:`ParamError`, exit status 2). The resource behind it must be here: the
+  endpoint accepts a connection and the API key variable is set (``openai``), the model folder
+  exists (``hf``), the cassette exists (``replay`` or ``cache.mode: replay``); else
+  :class:`ResourceError` (exit status 3), and nothing runs.
+- ``backbone``: anything but ``surrogate-tiny`` needs local weights and a CUDA GPU; else
+  :class:`ResourceError`.
+- A ``designer`` other than ``rules`` needs an ``llm`` config (a setting, exit status 2).
+
+Rows the user did not ask to run (``tsc_main``'s ``paper_backbones``, a designer listed without
+an llm config) are not checked: the notebook runs and labels those rows with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from .params import ParamError
+
+SURROGATE = "surrogate-tiny"
+"""The CPU stand-in backbone (``signal.studies.SURROGATE``), named here so that checking the
+default backbone does not import torch."""
+
+CACHE_MODES = ("record", "replay", "off")
+CONNECT_TIMEOUT_S = 5.0
+
+
+class ResourceError(RuntimeError):
+    """A resource a setting asks for is missing on this machine; the runner exits with status 3."""
+
+
+def _backends() -> dict[str, tuple[set[str], set[str]]]:
+    """Backend → (allowed keys, required keys), as :func:`llmtraffic.llm.from_config` takes them."""
+    from ..llm.openai_compat import OpenAIConfig
+
+    return {
+        "openai": ({f.name for f in dataclasses.fields(OpenAIConfig)}, {"base_url", "model"}),
+        "hf": ({"path", "model", "quantization", "device", "seed"}, {"path"}),
+        "replay": ({"cassette", "model", "source"}, {"cassette"}),
+    }
+
+
+def llm_configs(value: Any, where: str = "") -> Iterator[tuple[str, Any]]:
+    """``(path, config)`` of every non-null value under a key ``llm`` inside ``value``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            if key == "llm" and item is not None:
+                yield path, item
+            else:
+                yield from llm_configs(item, path)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from llm_configs(item, f"{where}[{i}]")
+
+
+def llm_shape_problem(cfg: Any) -> str | None:
+    """Why ``cfg`` can never be an llm config, or None."""
+    example = "e.g. {backend: openai, base_url: http://localhost:8000/v1, model: NAME}"
+    if not isinstance(cfg, dict):
+        return f"must be a mapping for llmtraffic.llm.from_config ({example}), got {type(cfg).__name__} {cfg!r}"
+    backends = _backends()
+    backend = cfg.get("backend")
+    if backend not in backends:
+        return f"backend must be one of {', '.join(backends)}, got {backend!r} ({example})"
+    allowed, required = backends[backend]
+    keys = set(cfg) - {"backend", "cache"}
+    unknown, missing = sorted(keys - allowed), sorted(required - keys)
+    if unknown or missing:
+        return (f"({backend}) has unknown keys {unknown} and lacks required keys {missing}; "
+                f"allowed: {', '.join(sorted(allowed))}")
+    if backend == "openai":
+        from ..llm.openai_compat import OpenAIConfig
+
+        try:  # its own checks of every value (URL, retries, timeouts)
+            OpenAIConfig(**{k: cfg[k] for k in keys})
+        except ValueError as err:
+            return str(err).removeprefix("llm (openai): ")
+    cache = cfg.get("cache") or {}
+    if not isinstance(cache, dict) or set(cache) - {"path", "mode"}:
+        return f"cache must be a mapping with keys path and mode, got {cache!r}"
+    if cache.get("mode", "record") not in CACHE_MODES:
+        return f"cache.mode must be one of {', '.join(CACHE_MODES)}, got {cache['mode']!r}"
+    if cache.get("mode") == "replay" and not cache.get("path"):
+        return "cache.mode replay needs cache.path (the cassette to replay)"
+    if backend == "replay" and cache:
+        return "(replay) takes the file as 'cassette', without cache"
+    return None
+
+
+def check_settings(stem: str, params: dict[str, Any]) -> None:
+    """Raise :class:`ParamError` for a setting that can never work (``params``: the full values)."""
+    for where, cfg in llm_configs(params):
+        problem = llm_shape_problem(cfg)
+        if problem:
+            raise ParamError(f"notebook {stem}: parameter {where!r} {problem}")
+    designer = params.get("designer")
+    if "llm" in params and params["llm"] is None and designer not in (None, "rules"):
+        raise ParamError(
+            f"notebook {stem}: designer {designer!r} needs an llm config: add --set llm='{{backend: openai, "
+            f"base_url: ..., model: {designer}}}' (README, 'Plugging in an LLM'), or leave designer=rules to run without an LLM"
+        )
+
+
+def resource_problems(params: dict[str, Any], memo: dict | None = None) -> list[str]:
+    """What the settings of ``params`` ask for that is missing here, each naming the setting and
+    what to do. ``memo`` shares results between notebooks (one connection attempt per endpoint)."""
+    memo = {} if memo is None else memo
+    problems = []
+    for where, cfg in llm_configs(params):
+        key = ("llm", repr(cfg))
+        if key not in memo:
+            memo[key] = _llm_problem(cfg)
+        if memo[key]:
+            problems.append(f"{where}: {memo[key]}")
+    backbone = params.get("backbone")
+    if isinstance(backbone, str) and backbone != SURROGATE:
+        key = ("backbone", backbone)
+        if key not in memo:
+            memo[key] = _backbone_problem(backbone)
+        if memo[key]:
+            problems.append(f"backbone {backbone!r} {memo[key]}")
+    return problems
+
+
+def check(stem: str, params: dict[str, Any]) -> None:
+    """Both checks for one notebook; raises :class:`ParamError` or :class:`ResourceError`."""
+    check_settings(stem, params)
+    problems = resource_problems(params)
+    if problems:
+        raise ResourceError("\n".join(f"{stem}: {p}" for p in problems))
+
+
+def _llm_problem(cfg: dict) -> str | None:
+    from ..llm import cassette_path
+
+    backend, cache = cfg["backend"], cfg.get("cache") or {}
+    offline = "set llm.cache.mode: replay to re-run a recorded cassette offline, or leave llm unset (null) to run without an LLM"
+    if backend == "replay" or cache.get("mode") == "replay":
+        path = cassette_path(cfg["cassette"] if backend == "replay" else cache["path"])
+        if not path.is_file():
+            return f"cassette {path} does not exist: record it first (cache.mode: record with a live backend) or fix the path"
+        return None
+    if backend == "hf":
+        if not Path(cfg["path"]).is_dir():
+            return (f"model folder {cfg['path']} does not exist: download the model there "
+                    f"(huggingface-cli download <model id> --local-dir {cfg['path']}) or fix llm.path; or {offline}")
+        return None
+    env = cfg.get("api_key_env")
+    if env and not os.environ.get(env):
+        return f"environment variable {env} (llm.api_key_env) is not set: export the API key; or {offline}"
+    url = urlparse(cfg["base_url"])
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        return (f"endpoint {cfg['base_url']} is unreachable ({type(err).__name__}: {err}): start the server "
+                f"or fix llm.base_url; or {offline}")
+    return None
+
+
+def _backbone_problem(backbone: str) -> str | None:
+    import torch
+
+    from ..signal.studies import PAPER_BACKBONES, backbone_unavailable
+
+    reason = backbone_unavailable(backbone)
+    if reason is None:
+        return None
+    missing = ("this machine has no CUDA GPU" if not torch.cuda.is_available() else
+               f"no local weights (a folder {backbone!r} or the Hugging Face model "
+               f"{PAPER_BACKBONES.get(backbone, backbone)!r} in the local cache)")
+    return (f"cannot run here: it {reason}, and {missing}. Run it on a GPU machine after "
+            f"`huggingface-cli download {PAPER_BACKBONES.get(backbone, backbone)}`, "
+            f"or use backbone=surrogate-tiny (the CPU stand-in)")

@@ -1,0 +1,161 @@
+"""figures/SCORECARD.md must give every claim a verdict, a number and a link, with the verdict its CI implies.
+
+``check`` reads the scorecard as a reader would (the Markdown, not the JSON behind it), so a
+rendering bug or a hand edit that breaks it fails here; the committed scorecard is checked too.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from llmtraffic import study
+from llmtraffic.study import claims
+from llmtraffic.study.paths import ROOT
+from llmtraffic.study.stats import mean_ci
+
+FIXTURES = Path(__file__).parent / "fixtures"
+NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
+OURS = re.compile(rf"^(?P<mean>{NUM})(?: \S+)? (?:\[(?P<low>{NUM}), (?P<high>{NUM})\] \(n = \d+\)|\(n = 1, no CI\))$")
+VERDICT = re.compile(r"^\*\*(" + "|".join(claims.VERDICTS) + r")\*\*$")
+LINK = re.compile(r"\[[^\]]+\]\(([^)\s]+)\)")
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def _rows(text: str) -> list[list[str]]:
+    """The claim rows: table rows under a paper's section (7 cells: where … source)."""
+    rows, in_paper = [], False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            in_paper = True
+        elif in_paper and line.startswith("|") and not line.startswith(("| where", "|---")):
+            rows.append(_cells(line))
+    return rows
+
+
+def _direction(root: Path, notebook: str, claim_id: str) -> int | None:
+    path = root / notebook / "claims.json"
+    if not path.exists():
+        return None
+    found = [c for c in json.loads(path.read_text())["claims"] if c["id"] == claim_id]
+    return found[0]["direction"] if found else None
+
+
+def check(text: str, root: Path) -> list[str]:
+    """Problems of the scorecard ``text`` whose links are relative to ``root`` (empty: none)."""
+    problems = []
+    for row in _rows(text):
+        if len(row) != 7:
+            problems.append(f"row with {len(row)} cells, not 7: {row}")
+            continue
+        where, what, paper, ours, verdict_cell, _, source = row
+        name = f"{where} {what[:40]!r}"
+        verdict = VERDICT.match(verdict_cell)
+        if not verdict:
+            problems.append(f"{name}: no verdict ({verdict_cell!r})")
+            continue
+        verdict = verdict.group(1)
+        link = LINK.search(source)
+        if not link:
+            problems.append(f"{name}: no link to its table or figure")
+        elif not (root / link.group(1)).exists():
+            problems.append(f"{name}: link {link.group(1)} points at no file")
+        if verdict == claims.NOT_RUN:
+            if not re.match(r"^not run: needs \S", ours):
+                problems.append(f"{name}: 'not run' without what it needs ({ours!r})")
+            continue
+        number = OURS.match(ours)
+        if not number:
+            problems.append(f"{name}: no estimate with CI and n ({ours!r})")
+            continue
+        if number["low"] is None:
+            excludes, sign = False, 0
+        else:
+            low, mean, high = float(number["low"]), float(number["mean"]), float(number["high"])
+            if not low <= mean <= high:
+                problems.append(f"{name}: mean {mean} outside its CI [{low}, {high}]")
+            excludes, sign = low > 0 or high < 0, (1 if mean > 0 else -1)
+        if not excludes:
+            if verdict != claims.INCONCLUSIVE:
+                problems.append(f"{name}: the CI includes 0 but the verdict is {verdict}")
+            continue
+        claim_id = re.match(r"^`([^`]+)`", what)
+        direction = None
+        if paper and re.fullmatch(NUM, paper) and float(paper) != 0:
+            direction = 1 if float(paper) > 0 else -1
+        elif claim_id and link:
+            direction = _direction(root, link.group(1).split("/")[0], claim_id.group(1))
+        if direction is None:
+            problems.append(f"{name}: the paper's direction is unknown")
+        elif verdict != (claims.REPRODUCED if sign == direction else claims.OPPOSITE):
+            problems.append(f"{name}: the CI excludes 0 on the {'same' if sign == direction else 'other'} side "
+                            f"as the paper but the verdict is {verdict}")
+    return problems
+
+
+def recorded_ids(root: Path) -> set[str]:
+    return {c["id"] for c in claims.load(root)}
+
+
+def test_committed_scorecard_lists_every_claim_with_a_sound_verdict():
+    root = ROOT / "figures"
+    if not list(root.glob("*/claims.json")):
+        pytest.skip("no notebook has recorded a claim into figures/ yet")
+    card = root / "SCORECARD.md"
+    assert card.exists(), "figures/*/claims.json exist but figures/SCORECARD.md does not: run `python -m llmtraffic.study gallery`"
+    text = card.read_text()
+    assert check(text, root) == []
+    missing = {i for i in recorded_ids(root) if f"`{i}`" not in text}
+    assert not missing, f"claims missing from the scorecard (regenerate it): {sorted(missing)}"
+
+
+@pytest.fixture
+def card(outdirs, monkeypatch):
+    monkeypatch.setenv("LLMTRAFFIC_NOTEBOOK", str(FIXTURES / "notebooks" / "fx_plot.ipynb"))
+    monkeypatch.setenv("LLMTRAFFIC_PROFILE", "smoke")
+    claims._recorded.clear()
+    study.begin("fx_plot", {"n": 7, "scale": 0.5, "label": "x", "seeds": [4, 5], "extra": None})
+    study.save_table(pd.DataFrame({"v": [1.0]}), "table1")
+    claims.claim("same_way", "bus", "§5.2, Table 1", "A beats B", "travel (%)", "table1",
+                 ours=mean_ci([-1.9, -2.0, -2.1]), paper_value=-3.73)
+    claims.claim("other_way", "bus", "§5.3", "C beats D", "travel (s)", "table1",
+                 ours=mean_ci([1.9, 2.0, 2.1]), direction=-1)
+    claims.claim("unsure", "tsc", "§4.3, Table 2", "hurdle helps", "queue (veh)", "table1",
+                 ours=mean_ci([1.0, -2.0, 3.0]), paper_value=-1.2)
+    claims.claim("single", "tsc", "§4.4", "one seed", "queue (veh)", "table1", ours=mean_ci([1.0]), paper_value=1.0)
+    claims.claim("llm", "tsc", "§4.5", "GPT-4o", "queue (veh)", "table1", paper_value=-1.0, needs="an LLM backend")
+    root = outdirs / "figures"
+    return root, (root / "SCORECARD.md").read_text()
+
+
+def test_rendered_scorecard_passes(card):
+    root, text = card
+    assert len(_rows(text)) == 5
+    assert check(text, root) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        ("**reproduced**", "reproduced", "no verdict"),
+        ("**opposite**", "**reproduced**", "other side as the paper but the verdict is reproduced"),
+        ("**reproduced**", "**opposite**", "same side as the paper but the verdict is opposite"),
+        ("**inconclusive**", "**reproduced**", "includes 0 but the verdict is reproduced"),
+        ("-2 [-2.25, -1.75] (n = 3)", "about -2", "no estimate with CI and n"),
+        ("-2 [-2.25, -1.75] (n = 3)", "-2 [-2.25, 0.5] (n = 3)", "includes 0 but the verdict is reproduced"),
+        ("[fx_plot/table1](fx_plot/table1.md)", "fx_plot/table1", "no link"),
+        ("(fx_plot/table1.md)", "(fx_plot/table9.md)", "points at no file"),
+        ("not run: needs an LLM backend", "not run: needs ", "without what it needs"),
+    ],
+)
+def test_check_finds_each_defect(card, old, new, problem):
+    root, text = card
+    head, sep, rows = text.partition("\n## ")  # edit a claim row, not the legend above them
+    assert old in rows
+    problems = check(head + sep + rows.replace(old, new, 1), root)
+    assert any(problem in p for p in problems), problems
