@@ -106,3 +106,13 @@ def test_budgets_are_shared_by_name_and_unknown_ones_are_named():
     assert budget("quick", episodes=3)["episodes"] == 3
     with pytest.raises(ValueError, match="unknown DQN budget 'fast'"):
         budget("fast")
+
+
+def test_a_resumed_validated_run_keeps_the_best_checkpoint_of_the_first_part(case1, tmp_path):
+    cfg = small(episodes=4, eps_decay_episodes=2)
+    straight = train_validated(case1, "rl_global", cfg, [200], horizon_s=1800, val_horizon_s=1800)
+    train_validated(case1, "rl_global", small(episodes=2, eps_decay_episodes=2), [200], horizon_s=1800,
+                    val_horizon_s=1800, checkpoint_dir=tmp_path)
+    resumed = train_validated(case1, "rl_global", cfg, [200], horizon_s=1800, val_horizon_s=1800, checkpoint_dir=tmp_path)
+    assert resumed.selected == straight.selected
+    assert [r["val_travel_time_s"] for r in resumed.curve] == [r["val_travel_time_s"] for r in straight.curve]

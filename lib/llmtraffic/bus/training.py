@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..rl.dqn import DQNAgent, DQNConfig, GreedyPolicy, train
+from ..study.atomic import atomic_write
 from .env import HoldingEnv
 from .evaluation import MEASURES, evaluate
 from .rewards import REWARDS
@@ -214,9 +215,7 @@ def train_validated(
         if row[select_by] < best["value"]:
             best.update(value=row[select_by], episode=episode, policy=agent.greedy_policy())
             if best_file is not None:
-                tmp = best_file.with_suffix(".tmp")
-                torch.save(best, tmp)
-                os.replace(tmp, best_file)
+                atomic_write(best_file, lambda fh: torch.save(best, fh))
         return row
 
     agent, history = train_holding(scenario, reward, cfg, horizon_s=horizon_s, test_seed=None,
