@@ -64,5 +64,5 @@ def test_their_case1_simulator_runs_unmodified_and_the_rule_holds_there_as_in_ou
     ours = cc.run_ours("case1", 3, rule=True)
     assert ours.values["hold_time_s"] > 0 and ours.values["empty_stop_visits"] == 0.0
     table = cc.table([free, ruled, ours])
-    assert table.loc["passengers generated", "no holding | authors"].startswith(str(free.values["passengers"]))
+    assert table.loc["passengers generated", "authors: no holding"].startswith(str(free.values["passengers"]))
     assert not math.isnan(ours.values["headway_sd_authors_s"])
