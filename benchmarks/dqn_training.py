@@ -4,7 +4,13 @@ thread count measured in the same run.
 
 The authors' network (5 × 400 ReLU, batch 200, 200 updates per episode) dominates an episode:
 the 4-h simulation with ~600 decisions is a fraction of a second. On the 2-core study machine a
-single thread was several times faster than two for these small batches. Run:
+single thread was several times faster than two for these small batches.
+
+It also reports the achieved GFLOP/s of one update against a plain matmul of the same shapes timed
+in the same run (one thread both): an update is four matrix products per layer — the bootstrap
+forward on s', the forward on s, and the backward products for the input and weight gradients —
+so ``8 · batch · Σ fan_in · fan_out`` floating-point operations; the rest (Adam, the loss,
+gathers) is overhead the ratio exposes. Run:
 
     .venv/bin/python benchmarks/dqn_training.py [--updates 50]
 """
@@ -47,6 +53,38 @@ def seconds_per_update(agent: DQNAgent, threads: int, updates: int) -> float:
         torch.set_num_threads(before)
 
 
+def update_flops(cfg: DQNConfig, obs_dim: int = 6, n_actions: int = 2) -> float:
+    """Floating-point operations of the matrix products of one update (see the module docstring)."""
+    sizes = (obs_dim, *cfg.hidden, n_actions)
+    return 8.0 * cfg.batch_size * sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
+
+
+def seconds_per_matmuls(cfg: DQNConfig, repeats: int, obs_dim: int = 6, n_actions: int = 2) -> float:
+    """Time of the same products as plain ``torch.mm`` calls (four per layer), one thread."""
+    sizes = (obs_dim, *cfg.hidden, n_actions)
+    gen = torch.Generator().manual_seed(0)
+    mats = [(torch.randn(cfg.batch_size, a, generator=gen), torch.randn(a, b, generator=gen),
+             torch.randn(cfg.batch_size, b, generator=gen)) for a, b in zip(sizes[:-1], sizes[1:])]
+
+    def once() -> None:
+        for x, w, g in mats:
+            torch.mm(x, w)  # forward on s'
+            torch.mm(x, w)  # forward on s
+            torch.mm(g, w.T)  # gradient w.r.t. the layer input
+            torch.mm(x.T, g)  # gradient w.r.t. the weights
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        once()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            once()
+        return (time.perf_counter() - start) / repeats
+    finally:
+        torch.set_num_threads(before)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=50)
@@ -61,6 +99,10 @@ def main() -> None:
     print(f"case-1 episode with {agent.replay.size} decisions: {sim_s:.2f} s")
     print(f"update (5x400, batch 200): 1 thread {one * 1e3:.1f} ms, {default_threads} threads {many * 1e3:.1f} ms "
           f"(ratio {many / one:.2f})")
+    flops = update_flops(cfg)
+    plain = seconds_per_matmuls(cfg, args.updates)
+    print(f"achieved (1 thread): update {flops / one / 1e9:.2f} GFLOP/s, plain matmuls of the same shapes "
+          f"{flops / plain / 1e9:.2f} GFLOP/s, ratio {plain / one:.2f}")
     print(f"one training episode ({cfg.updates_per_episode} updates, 1 thread): "
           f"{sim_s + cfg.updates_per_episode * one:.1f} s, of which updates "
           f"{100 * cfg.updates_per_episode * one / (sim_s + cfg.updates_per_episode * one):.0f} %")

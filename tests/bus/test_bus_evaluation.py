@@ -32,3 +32,13 @@ def test_relative_change_and_per_stop_sd():
         relative_change(rows(), "rl", "none", "headway_sd_s")
     sd = per_stop_sd(rows())
     assert sd["none"].tolist() == [2.0, 4.0] and sd["fb"].tolist() == [1.0, 1.0]
+
+
+def test_evaluate_reports_the_authors_definitions_and_service_failures_of_the_episode():
+    from llmtraffic.bus import scenarios, simulate
+    from llmtraffic.bus.evaluation import EXTRA, evaluate
+
+    sc = scenarios.case1()
+    got, m = evaluate(sc, None, 4, 3600), simulate(sc, None, seed=4, horizon_s=3600).metrics
+    assert {"travel_time_censored_s", "headway_sd_authors_s", "service_failure_share", "implied_wait_s"} <= set(EXTRA)
+    assert all(got[k] == m[k] for k in EXTRA)

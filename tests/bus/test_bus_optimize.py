@@ -76,3 +76,12 @@ def test_optimised_plans_are_no_worse_than_no_holding(case1, plans):
     assert plans["robust"][1].value <= zero.max()
     with pytest.raises(ValueError, match="kind must be one of"):
         PlanConfig(kind="average")
+
+
+def test_pso_shows_its_progress_with_the_best_value(capsys):
+    from llmtraffic.bus.optimize import PSOConfig, pso
+
+    res = pso(lambda x: float(((x - 1.0) ** 2).sum()), [0.0, 0.0], [2.0, 2.0], PSOConfig(particles=4, iterations=3, seed=0),
+              desc="PSO (test)")
+    err = capsys.readouterr().err
+    assert "PSO (test)" in err and f"best={res.history[-1]:.1f}" in err

@@ -62,3 +62,16 @@ def test_wait_distribution_labels_each_method_with_its_mean(case2_results):
         mean = result.metrics["wait_time_s"] / 60
         assert label.endswith(f"(mean {mean:.1f} min)")
     plt.close("all")
+
+
+def test_validation_curves_draw_the_mean_over_agent_seeds_with_a_band():
+    runs = [[{"episode": e, "val_travel_time_s": 1000.0 + s * 10 - e} for e in (1, 2, 3)] for s in range(3)]
+    single = [[{"episode": e, "val_travel_time_s": 900.0} for e in (1, 2, 3)]]
+    ax = plots.validation_curves({"RL-local": runs, "RL-global": single})
+    means = ax.lines[0].get_ydata()
+    assert list(means) == [1009.0, 1008.0, 1007.0]  # mean of seeds 0, 1, 2
+    assert len(ax.collections) == 1  # one seed: no band
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() < 1007.0 - 5 and band.max() > 1009.0 + 5  # t-interval of (0, 10, 20) around the mean
+    assert ax.lines[1].get_marker() != ax.lines[0].get_marker()
+    plt.close("all")

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from llmtraffic.bus import scenarios, simulate, studies
 from llmtraffic.bus.controllers import NoHolding
@@ -110,9 +111,10 @@ def _frame():
 
 def test_line_table_and_reductions_are_exact():
     table = studies.line_table(_frame(), ["a", "b", "c"], {"c": studies.NEEDS_LLM})
-    assert list(table.index) == ["line 1 | a", "line 1 | b", "line 1 | c", "overall | a", "overall | b", "overall | c"]
-    assert table.at["overall | b", "Avg travel time (s)"] == "92.00 ± 2.83"
-    assert table.at["overall | c", "Avg holding time (s)"] == studies.NEEDS_LLM
+    assert list(table.index) == ["line 1 · a", "line 1 · b", "line 1 · c", "overall · a", "overall · b", "overall · c"]
+    half = sps.t.ppf(0.975, 1) * np.std([90.0, 94.0], ddof=1) / np.sqrt(2)  # 95 % t-interval over 2 seeds
+    assert table.at["overall · b", "Avg travel time (s)"] == f"92.00 ± {half:.2f}"
+    assert table.at["overall · c", "Avg holding time (s)"] == studies.NEEDS_LLM
     red = studies.reductions(_frame(), "b", ["a"])
     assert red.at["vs a", "reduction (s)"] == pytest.approx(13.0)
     assert red.at["vs a", "change (%)"] == pytest.approx(-1300 / 105)

@@ -5,7 +5,10 @@ import pytest
 
 from llmtraffic.bus import Controller, scenarios, simulate
 from llmtraffic.bus.evaluation import evaluate
-from llmtraffic.bus.training import DQNController, episode_seed, resolve_reward, train_holding
+from llmtraffic.bus.training import (
+    BUDGETS, DQNController, budget, check_disjoint, episode_seed, resolve_reward, select_checkpoint, train_holding,
+    train_validated, validate,
+)
 from llmtraffic.rl.dqn import DQNConfig
 
 SCALE = (1000.0,) * 4 + (10.0, 10.0)
@@ -62,3 +65,54 @@ def test_rl_global_agent_learns_to_lower_headway_sd(case1):
     none = np.mean([evaluate(case1, None, s, 7200)["headway_sd_s"] for s in seeds])
     print(f"headway SD trained {trained:.1f} s vs no holding {none:.1f} s")
     assert trained < 0.8 * none
+
+
+def test_select_checkpoint_picks_the_validation_best_episode_of_a_constructed_history():
+    curve = [{"episode": 1, "val_travel_time_s": 1500.0}, {"episode": 2, "val_travel_time_s": float("nan")},
+             {"episode": 3, "val_travel_time_s": 1410.0}, {"episode": 4, "val_travel_time_s": 1430.0},
+             {"episode": 5, "val_travel_time_s": 1410.0}]  # a tie: the earlier checkpoint wins
+    assert select_checkpoint(curve) == 2
+    assert select_checkpoint(curve, "val_travel_time_s") == 2
+    with pytest.raises(ValueError, match="no checkpoint has a finite 'val_headway_sd_s'"):
+        select_checkpoint(curve, "val_headway_sd_s")
+
+
+def test_validation_seeds_must_be_disjoint_from_eval_and_design_seeds():
+    check_disjoint([200, 201], eval_seeds=list(range(30)), design_seeds=[100, 101])
+    with pytest.raises(ValueError, match=r"val_seeds overlap design_seeds at \[101\]"):
+        check_disjoint([101, 200], eval_seeds=list(range(30)), design_seeds=[100, 101])
+    with pytest.raises(ValueError, match="val_seeds is empty"):
+        check_disjoint([], eval_seeds=[0])
+
+
+def test_train_validated_reports_the_validation_best_checkpoint_not_the_last(case1):
+    cfg = small(episodes=5, eps_decay_episodes=3)
+    trained = train_validated(case1, "rl_global", cfg, [200, 201], horizon_s=1800, val_horizon_s=1800)
+    episodes = [r["episode"] for r in trained.curve]  # checkpoints after any update, then the final one
+    assert episodes == list(range(episodes[0], 6)) and episodes[0] >= 1 and len(episodes) >= 3
+    values = [r["val_travel_time_s"] for r in trained.curve]
+    assert trained.selected == trained.curve[int(np.argmin(values))]["episode"]
+    # the returned policy is that checkpoint: validating it again gives the curve's minimum
+    again = validate(case1, trained.policy, [200, 201], 1800)
+    assert again["val_travel_time_s"] == min(values)
+    with pytest.raises(ValueError, match="select_by must be val_<measure>"):
+        train_validated(case1, "rl_global", cfg, [200], select_by="return")
+
+
+def test_budgets_are_shared_by_name_and_unknown_ones_are_named():
+    quick = budget("quick")
+    assert DQNConfig(**quick).episodes == BUDGETS["quick"]["episodes"]
+    assert DQNConfig(**budget("paper")).hidden == (400,) * 5
+    assert budget("quick", episodes=3)["episodes"] == 3
+    with pytest.raises(ValueError, match="unknown DQN budget 'fast'"):
+        budget("fast")
+
+
+def test_a_resumed_validated_run_keeps_the_best_checkpoint_of_the_first_part(case1, tmp_path):
+    cfg = small(episodes=4, eps_decay_episodes=2)
+    straight = train_validated(case1, "rl_global", cfg, [200], horizon_s=1800, val_horizon_s=1800)
+    train_validated(case1, "rl_global", small(episodes=2, eps_decay_episodes=2), [200], horizon_s=1800,
+                    val_horizon_s=1800, checkpoint_dir=tmp_path)
+    resumed = train_validated(case1, "rl_global", cfg, [200], horizon_s=1800, val_horizon_s=1800, checkpoint_dir=tmp_path)
+    assert resumed.selected == straight.selected
+    assert [r["val_travel_time_s"] for r in resumed.curve] == [r["val_travel_time_s"] for r in straight.curve]

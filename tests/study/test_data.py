@@ -25,6 +25,8 @@ def test_sources_are_pinned_commits():
     assert url.endswith("/127af9f93902778e556de2eedb2b606c4c9447e6/data/raw_data/cologne1/Creative%20Commons%20Legal%20Code.pdf")
     assert "/3166e956f08123508bd2827988fe29a68520780b/real_world/data_case2/" in study_data.source_url(
         "busholding/pkl/data_case2/mid_travel_time_3436.pkl")
+    assert study_data.source_url("busholding/authors_code/real_world/bus_update.py").endswith(
+        "/87acaa6106116bad5c5b7e664376d78f3b619527/real_world/bus_update.py")
     with pytest.raises(ValueError, match="no public source"):
         study_data.source_url("elsewhere/file.txt")
 
@@ -32,7 +34,7 @@ def test_sources_are_pinned_commits():
 @pytest.mark.skipif(not SHARED.exists(), reason="needs the shared data copy beside the checkout")
 def test_manifest_matches_the_shared_copy():
     assert study_data.check(SHARED) == []
-    assert len(study_data.manifest()) == 63
+    assert len(study_data.manifest()) == 104  # 63 data files + 41 .py/.ini of the bus authors' code
 
 
 @pytest.fixture

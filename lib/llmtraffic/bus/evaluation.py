@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .metrics import DEFINITIONS
 from .scenarios import Scenario
 from .sim import simulate
 
@@ -17,16 +18,25 @@ MEASURES = {
 """The four evaluation measures of §5.1 (metric key → Table 1 column)."""
 
 
+EXTRA = ("incomplete_share", "service_failure_share", "passed_up", "implied_wait_s", "regular_wait_s",
+         *(d["authors"] for d in DEFINITIONS.values()))
+"""Scalar metrics :func:`evaluate` reports beside :data:`MEASURES`: the old incomplete share (horizon
+cut-off included), service failures, the headway-implied and regular waits (room for holding) and
+the authors' definitions of the four measures (:data:`~llmtraffic.bus.metrics.DEFINITIONS`)."""
+
+
 def evaluate(scenario: Scenario, controller, seed: int, horizon_s: float | None = None) -> dict:
-    """Metrics of one test episode (no trajectories): the §5.1 measures, incomplete share and
+    """Metrics of one test episode (no trajectories): the §5.1 measures, :data:`EXTRA` and
     per-stop headway SD (``by_stop``)."""
     m = simulate(scenario, controller, seed=seed, horizon_s=horizon_s).metrics
-    return {**{k: m[k] for k in (*MEASURES, "incomplete_share")}, "by_stop": m["by_stop"]}
+    return {**{k: m[k] for k in (*MEASURES, *EXTRA)}, "by_stop": m["by_stop"]}
 
 
-def evaluate_method(method: str, controller, scenario: Scenario, seed: int, horizon_s: float | None = None) -> dict:
-    """:func:`evaluate` labelled with its method and seed (one job of a seeds × methods grid)."""
-    return {"method": method, "seed": seed, **evaluate(scenario, controller, seed, horizon_s)}
+def evaluate_method(method: str, controller, scenario: Scenario, seed: int, horizon_s: float | None = None,
+                    **tags) -> dict:
+    """:func:`evaluate` labelled with its method, seed and ``tags`` (e.g. ``agent_seed``; one job
+    of a seeds × methods grid)."""
+    return {"method": method, "seed": seed, **tags, **evaluate(scenario, controller, seed, horizon_s)}
 
 
 def mean_std_table(rows: pd.DataFrame, methods: list[str]) -> pd.DataFrame:
@@ -45,7 +55,7 @@ def mean_std_table(rows: pd.DataFrame, methods: list[str]) -> pd.DataFrame:
 
 def relative_change(rows: pd.DataFrame, method: str, reference: str, measure: str) -> float:
     """100 · (mean of ``method`` − mean of ``reference``) / mean of ``reference`` for one measure,
-    as the seed reports its comparisons (§5.2.2: e.g. −59.50 % headway SD vs RL-local)."""
+    as the paper reports its comparisons (§5.2.2: e.g. −59.50 % headway SD vs RL-local)."""
     means = rows.groupby("method")[measure].mean()
     for name in (method, reference):
         if name not in means.index:

@@ -1,6 +1,22 @@
 """Evaluation metrics of the bus study (§5.1): headway SD, travel, waiting and holding times,
-incomplete trips; overall, per line, at shared stops and per stop. Plain numpy on the
-columns of the trajectory and passenger tables (metrics run after every episode)."""
+incomplete trips and service failures; overall, per line, at shared stops and per stop. Plain
+numpy on the columns of the trajectory and passenger tables (metrics run after every episode).
+
+Two definitions of four measures sit side by side, selectable by name (:data:`DEFINITIONS`,
+:func:`measure_key`): **ours** (the keys without suffix) and **authors** (the ones the bus
+authors' code computes; the ``bus_crosscheck`` notebook runs their code beside ours):
+
+==================  =============================================  ==============================================
+measure             ours                                           authors
+==================  =============================================  ==============================================
+travel time         mean over completed trips                      every generated trip; unfinished = horizon − arrival
+waiting time        mean over passengers who boarded               every generated trip; not boarded = horizon − arrival
+headway SD          pooled over stops (deviation from each         ``np.std`` of all headways around the global mean;
+                    stop's mean), arrivals sorted in time          open lines: per stop in bus order (overtaking gives
+                                                                   negative headways), stop 0 left out; loops: sorted
+holding time        mean over visits that held                     total hold / visits where a decision was taken
+==================  =============================================  ==============================================
+"""
 
 from __future__ import annotations
 
@@ -49,6 +65,110 @@ def pooled_sd(values: np.ndarray, groups: np.ndarray) -> float:
     return math.sqrt(float(np.sum((values - mean[inverse]) ** 2)) / dof)
 
 
+def authors_headways(trajectories: pd.DataFrame, loop_lines: set[str] = frozenset()) -> np.ndarray:
+    """Headways as the authors' analysis scripts take them (``*/trajectories_for_LLM_generation.py``):
+    per line and stop, arrival times in bus order (dispatch index, then time) for open lines with
+    stop 0 left out (case 2), sorted in time at every stop for the lines in ``loop_lines`` (case 1);
+    consecutive differences, all concatenated. Initial positions start no headway."""
+    t = trajectories[~trajectories["initial"].to_numpy(bool)]
+    bus_index = t["bus"].str.rsplit("#", n=1).str[-1].astype(int)
+    out = []
+    for (line, stop), g in t.assign(bus_index=bus_index).groupby(["line", "stop"], sort=True):
+        if line in loop_lines:
+            times = np.sort(g["arrival_s"].to_numpy(float))
+        elif stop == 0:
+            continue
+        else:
+            times = g.sort_values(["bus_index", "arrival_s"], kind="stable")["arrival_s"].to_numpy(float)
+        out.append(np.diff(times))
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def authors_headway_sd(trajectories: pd.DataFrame, loop_lines: set[str] = frozenset()) -> float:
+    """``np.std`` (ddof = 0, around the global mean) of :func:`authors_headways`; NaN without any."""
+    h = authors_headways(trajectories, loop_lines)
+    return float(np.std(h)) if h.size else math.nan
+
+
+def censored_times(passengers: pd.DataFrame, horizon_s: float) -> dict:
+    """The authors' travel and waiting times: every generated passenger counts, an unfinished trip
+    (or a passenger never picked up) as ``horizon − arrival``."""
+    arrival = passengers["arrival_s"].to_numpy(float)
+    board, alight = passengers["board_s"].to_numpy(float), passengers["alight_s"].to_numpy(float)
+    return {
+        "travel_time_censored_s": _mean(np.where(np.isnan(alight), horizon_s, alight) - arrival),
+        "wait_time_censored_s": _mean(np.where(np.isnan(board), horizon_s, board) - arrival),
+    }
+
+
+def hold_per_decision_visit(trajectories: pd.DataFrame, scenario: Scenario) -> float:
+    """The authors' holding time: seconds held in total / stop visits where the agent was asked
+    (control stops, not a line's last stop, bus already gone so the decision is complete)."""
+    decided = np.zeros(len(trajectories), bool)
+    stop, line = trajectories["stop"].to_numpy(), trajectories["line"].to_numpy()
+    control = set(scenario.control_stops)
+    for ln in scenario.lines:
+        asked = [i for i, v in enumerate(ln.nodes) if v in control and (ln.is_loop or i < ln.n_stops - 1)]
+        decided |= (line == ln.name) & np.isin(stop, asked)
+    decided &= ~np.isnan(trajectories["departure_s"].to_numpy(float))
+    n = int(decided.sum())
+    return float(trajectories["hold_s"].to_numpy(float)[decided].sum() / n) if n else 0.0
+
+
+def nominal_ride_s(scenario: Scenario, passengers: pd.DataFrame) -> np.ndarray:
+    """Scheduled in-vehicle time of each passenger's trip on the line whose demand made it: median
+    link times from origin to destination, no dwell (the forward way round on a loop)."""
+    out = np.zeros(len(passengers))
+    made, o, d = (passengers[c].to_numpy() for c in ("line", "origin", "destination"))
+    for ln in scenario.lines:
+        cum = np.concatenate([[0.0], np.cumsum(ln.link_s)])
+        lap = cum[-1] if ln.is_loop else 0.0
+        where = {v: i for i, v in enumerate(ln.nodes)}
+        mine = np.flatnonzero(made == ln.name)
+        if mine.size:
+            i = np.array([where[v] for v in o[mine]])
+            j = np.array([where[v] for v in d[mine]])
+            ride = cum[j] - cum[i]
+            out[mine] = np.where(ride < 0, ride + lap, ride)
+    return out
+
+
+def service_failure(scenario: Scenario, trajectories: pd.DataFrame, passengers: pd.DataFrame,
+                    horizon_s: float) -> dict:
+    """Service failures, free of the horizon cut-off that dominates ``incomplete_share``:
+
+    - ``finishable``: passengers who arrived early enough to finish on a regular service, i.e.
+      ``arrival + 2 · scheduled headway + nominal ride time ≤ horizon`` (two headways: the bus
+      they just missed and one more);
+    - ``service_failure_share``: share of those not at their destination at the horizon;
+    - ``passed_up``: ready passengers a full bus left behind, summed over stop visits (a
+      passenger passed up twice counts twice); ``full_visits``: visits that left someone behind.
+    """
+    headway = {ln.name: ln.headway_s for ln in scenario.lines}
+    made = passengers["line"].to_numpy()
+    slack = 2.0 * np.array([headway[m] for m in made], dtype=float)
+    ok = passengers["arrival_s"].to_numpy(float) + slack + nominal_ride_s(scenario, passengers) <= horizon_s
+    done = ~np.isnan(passengers["alight_s"].to_numpy(float))
+    left = trajectories["left_behind"].to_numpy()
+    return {
+        "finishable": int(ok.sum()),
+        "service_failure_share": float(1.0 - done[ok].mean()) if ok.any() else 0.0,
+        "passed_up": int(left.sum()),
+        "full_visits": int((left > 0).sum()),
+    }
+
+
+def headway_implied_wait(headways_s: np.ndarray) -> dict:
+    """Waiting time implied by headways for passengers arriving at random: ``E[H²] / (2 E[H])``
+    (``implied_wait_s``), and the same with perfectly regular headways of the same mean,
+    ``E[H] / 2`` (``regular_wait_s``). Their difference is the most any holding can save on waits
+    at that service level: the room for holding."""
+    h = np.asarray(headways_s, dtype=float)
+    if h.size == 0 or h.sum() <= 0:
+        return {"implied_wait_s": math.nan, "regular_wait_s": math.nan}
+    return {"implied_wait_s": float((h ** 2).sum() / (2 * h.sum())), "regular_wait_s": float(h.mean() / 2)}
+
+
 def _stop_key(h: pd.DataFrame) -> np.ndarray:
     return np.char.add(np.char.add(h["line"].to_numpy().astype(str), "/"), h["stop"].to_numpy().astype(str))
 
@@ -72,7 +192,8 @@ def _mean(x: np.ndarray) -> float:
     return float(x.mean()) if x.size else math.nan
 
 
-def episode_metrics(scenario: Scenario, trajectories: pd.DataFrame, passengers: pd.DataFrame) -> dict:
+def episode_metrics(scenario: Scenario, trajectories: pd.DataFrame, passengers: pd.DataFrame,
+                    horizon_s: float) -> dict:
     """The §5.1 metrics of one episode.
 
     - ``headway_sd_s``: SD of the time headways between successive buses of a line at a stop,
@@ -82,6 +203,11 @@ def episode_metrics(scenario: Scenario, trajectories: pd.DataFrame, passengers: 
     - ``hold_time_s``: mean holding time per holding event (a stop visit with holding), 0 if none.
     - ``hold_events``, ``bus_arrivals``, ``passengers``: counts.
     - ``incomplete_share``: share of generated passengers not at their destination at the end.
+    - authors' definitions (see the module docstring): ``travel_time_censored_s``,
+      ``wait_time_censored_s``, ``headway_sd_authors_s``, ``hold_time_per_decision_s``;
+    - :func:`service_failure` (``finishable``, ``service_failure_share``, ``passed_up``,
+      ``full_visits``) and :func:`headway_implied_wait` (``implied_wait_s``, ``regular_wait_s``);
+      ``idle_s``: mean time a visit stood at an empty stop (authors' case-1 dwell only);
     - ``by_line``: the same per line (a passenger belongs to the line it rode, else to the
       line whose demand generated it); ``shared_stops``: headway SD at shared stops and the
       passenger metrics of trips starting there (None without shared stops); ``by_stop``:
@@ -114,12 +240,19 @@ def episode_metrics(scenario: Scenario, trajectories: pd.DataFrame, passengers: 
             "stops": len(nodes),
             **_passenger_metrics(arrival[starts], board[starts], alight[starts]),
         }
+    loops = {ln.name for ln in scenario.lines if ln.is_loop}
     return {
         "headway_sd_s": pooled_sd(hw, key),
         "hold_time_s": _hold(hold),
         "hold_events": int((hold > 0).sum()),
         "bus_arrivals": int(len(trajectories)),
         **_passenger_metrics(arrival, board, alight),
+        **censored_times(passengers, horizon_s),
+        "headway_sd_authors_s": authors_headway_sd(trajectories, loops),
+        "hold_time_per_decision_s": hold_per_decision_visit(trajectories, scenario),
+        **service_failure(scenario, trajectories, passengers, horizon_s),
+        **headway_implied_wait(hw),
+        "idle_s": _mean(trajectories["idle_s"].to_numpy(float)),
         "by_line": by_line,
         "shared_stops": shared,
         "by_stop": by_stop,
@@ -133,3 +266,21 @@ def headway_sd_by_hour(result: EpisodeResult) -> list[float]:
     key = _stop_key(h)
     hw = h["headway_s"].to_numpy()
     return [pooled_sd(hw[hour == k], key[hour == k]) for k in range(math.ceil(result.horizon_s / HOUR_S))]
+
+
+DEFINITIONS = {
+    "travel_time_s": {"ours": "travel_time_s", "authors": "travel_time_censored_s"},
+    "wait_time_s": {"ours": "wait_time_s", "authors": "wait_time_censored_s"},
+    "headway_sd_s": {"ours": "headway_sd_s", "authors": "headway_sd_authors_s"},
+    "hold_time_s": {"ours": "hold_time_s", "authors": "hold_time_per_decision_s"},
+}
+"""Measure → definition name → key of :func:`episode_metrics` (see the module docstring)."""
+
+
+def measure_key(measure: str, definition: str = "ours") -> str:
+    """The metrics key of ``measure`` under ``definition`` ("ours" or "authors")."""
+    if measure not in DEFINITIONS:
+        raise ValueError(f"unknown measure {measure!r}; known: {sorted(DEFINITIONS)}")
+    if definition not in DEFINITIONS[measure]:
+        raise ValueError(f"unknown definition {definition!r} of {measure!r}; known: {sorted(DEFINITIONS[measure])}")
+    return DEFINITIONS[measure][definition]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from .scenarios import Scenario
 from .sim import simulate
@@ -64,11 +65,11 @@ class PSOResult:
     """Objective calls made."""
 
 
-def pso(f: Callable[[np.ndarray], float], lower, upper, cfg: PSOConfig, start=None) -> PSOResult:
+def pso(f: Callable[[np.ndarray], float], lower, upper, cfg: PSOConfig, start=None, desc: str = "PSO") -> PSOResult:
     """Minimise ``f`` over the box [lower, upper] with a global-best particle swarm.
 
     ``start``, if given, replaces the first random particle (e.g. the no-holding plan), so the
-    result is never worse than it."""
+    result is never worse than it. A progress bar (``desc``) shows the iterations and the best value."""
     lo, hi = np.asarray(lower, float), np.asarray(upper, float)
     if lo.shape != hi.shape or lo.ndim != 1 or np.any(hi < lo):
         raise ValueError(f"pso needs 1-d bounds with lower <= upper, got {lo} and {hi}")
@@ -82,7 +83,8 @@ def pso(f: Callable[[np.ndarray], float], lower, upper, cfg: PSOConfig, start=No
     best_x, best_val = x.copy(), values.copy()
     g = int(np.argmin(best_val))
     history = [float(best_val[g])]
-    for _ in range(cfg.iterations):
+    bar = tqdm(range(cfg.iterations), desc=desc, leave=False)
+    for _ in bar:
         r1, r2 = rng.random(x.shape), rng.random(x.shape)
         v = (cfg.inertia * v + cfg.cognitive * r1 * (best_x - x) + cfg.social * r2 * (best_x[g] - x))
         v = np.clip(v, -vmax, vmax)
@@ -92,6 +94,7 @@ def pso(f: Callable[[np.ndarray], float], lower, upper, cfg: PSOConfig, start=No
         best_x[improved], best_val[improved] = x[improved], values[improved]
         g = int(np.argmin(best_val))
         history.append(float(best_val[g]))
+        bar.set_postfix(best=f"{history[-1]:.1f}")
     evaluations = cfg.particles * (cfg.iterations + 1)
     return PSOResult(best_x[g].copy(), float(best_val[g]), history, evaluations)
 
@@ -163,5 +166,5 @@ def optimise_plan(scenario: Scenario, cfg: PlanConfig) -> tuple[StaticPlan, PSOR
     def cost(hold_s: np.ndarray) -> float:
         return objective(plan_waits(scenario, hold_s, cfg.scenario_seeds, cfg.horizon_s))
 
-    res = pso(cost, np.zeros(n), np.full(n, scenario.max_hold_s), cfg.pso, start=np.zeros(n))
+    res = pso(cost, np.zeros(n), np.full(n, scenario.max_hold_s), cfg.pso, start=np.zeros(n), desc=f"PSO ({cfg.kind})")
     return StaticPlan(scenario, res.x, name=f"{cfg.kind} optimisation"), res

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
@@ -85,4 +86,29 @@ def wait_distribution(results: dict[str, EpisodeResult], ax: Axes | None = None)
     ax.set_ylabel("share of passengers per minute")
     ax.set_title("Passenger waiting times")
     ax.legend(fontsize="small")
+    return ax
+
+
+def validation_curves(curves: dict[str, list[list[dict]]], measure: str = "val_travel_time_s",
+                      ax: Axes | None = None) -> Axes:
+    """Greedy validation ``measure`` per training episode, one line per method: the mean over its
+    agent seeds with a band of the 95 % t-interval over them (``curves``: method → one
+    :attr:`~llmtraffic.bus.training.TrainedAgent.curve` per agent seed). Markers keep a series
+    hidden under another visible."""
+    from ..study import stats
+
+    ax = _axes(ax, (7, 4))
+    for (method, runs), colour, marker in zip(curves.items(), _colours(len(curves)), "osD^v<>ph*"):
+        frame = pd.concat([pd.DataFrame(run)[["episode", measure]] for run in runs])
+        est = {e: stats.mean_ci(g[measure]) for e, g in frame.groupby("episode")}
+        episodes = sorted(est)
+        ax.plot(episodes, [est[e].mean for e in episodes], marker=marker, ms=3, color=colour,
+                label=f"{method} ({len(runs)} agent seed{'s' if len(runs) > 1 else ''})")
+        low, high = [est[e].low for e in episodes], [est[e].high for e in episodes]
+        if not np.isnan(low).all():
+            ax.fill_between(episodes, low, high, color=colour, alpha=0.2, lw=0)
+    ax.set_xlabel("training episodes")
+    ax.set_ylabel(measure.removeprefix("val_").replace("_s", " (s)").replace("_", " "))
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
     return ax

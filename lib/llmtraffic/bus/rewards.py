@@ -1,4 +1,4 @@
-"""Hand-written bus-holding rewards: two expert baselines (§5.1) and the seed's final LLM reward (App. B).
+"""Hand-written bus-holding rewards: two expert baselines (§5.1) and the paper's final LLM reward (App. B).
 
 Every reward has the signature of the generated code, ``reward(current_state, action, next_state)
 -> float``, over the §3.2 state of the agent of a bus at a stop::
@@ -23,7 +23,7 @@ import numpy as np
 HOLD = 1
 """Action value of 'hold for one more step' (0 releases the bus)."""
 MAX_HOLD_S = 90.0
-"""Holding cap of the seed (§5.1, App. A.5), also stated to the LLM in its prompts."""
+"""Holding cap of the paper (§5.1, App. A.5), also stated to the LLM in its prompts."""
 EXPERT_HOLD_COST = 0.5
 """Expert rewards: cost of one 5-s hold step, in the rewards' unit (percent of headway balance).
 Holding pays when one step cuts the headway imbalance by more than half a percent."""
@@ -111,7 +111,7 @@ def _balance_penalty(fwd: float, bwd: float) -> float:
 
 
 def paper_final(current_state, action, next_state) -> float:
-    """The final LLM-designed reward of the seed's Appendix B, reconstructed from its description.
+    """The final LLM-designed reward of the paper's Appendix B, reconstructed from its description.
 
     r = - P_headway - P_hold · m - P_pax + B_sd   with, on next_state s' and current state s:
 

@@ -145,6 +145,11 @@ class Scenario:
     """Holding ends by force after this long."""
     state_dim: int = 6
     """6: the §3.2 state; 3: case 1's [forward, backward, onboard] state of Appendix A.5."""
+    empty_stop_dwell: bool = False
+    """The authors' case-1 dwell (their ``synthetic_network/testing_simulation.py``): a bus with
+    room that finds nobody to board stands at the stop until the next passenger arrives, boards
+    everyone there by then (``board_s`` each) and only then departs or is held. False is the
+    paper's text (dwell = boarding time, none without boarders)."""
     trips: tuple[Trip, ...] = ()
     """Fixed passengers added to the random demand (for hand-checkable cases)."""
     description: str = ""

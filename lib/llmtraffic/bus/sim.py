@@ -41,7 +41,9 @@ class EpisodeResult:
     trajectories: pd.DataFrame
     """One row per bus arrival at a stop: line, bus, stop (index on the line), position_m,
     arrival_s, departure_s (NaN if still there), hold_s, boarded, alighted, onboard (after
-    boarding), initial (True for buses standing there at t = 0)."""
+    boarding), initial (True for buses standing there at t = 0), left_behind (ready passengers
+    a full bus could not take), idle_s (time stood at an empty stop, see
+    :attr:`~llmtraffic.bus.scenarios.Scenario.empty_stop_dwell`)."""
     passengers: pd.DataFrame
     """One row per generated passenger: line (where generated), rode (line boarded or ""),
     origin, destination (nodes), arrival_s, board_s, alight_s (NaN when it did not happen)."""
@@ -242,6 +244,9 @@ class Episode:
             bus.odo0 = ln.positions_m[stop] + lap * (ln.loop_m or 0.0)
             dwell = self._arrive(bus, stop, initial)
             initial = False
+            if self.scenario.empty_stop_dwell and self._log["boarded"][bus.visit] == 0 \
+                    and self._log["left_behind"][bus.visit] == 0:
+                dwell = yield from self._stand_until_boarding(bus, stop)
             if dwell > 0:
                 yield env.timeout(dwell)
             last = stop == ln.n_stops - 1 and not ln.is_loop
@@ -284,15 +289,7 @@ class Episode:
             n_alight = len(gone)
             self.alight_s[gone] = now
             bus.n_onboard -= n_alight
-        room = math.inf if sc.capacity is None else sc.capacity - bus.n_onboard
-        n_board = 0
-        for ids in self._board(bus.line, node, now, room):
-            n_board += ids.size
-            self.board_s[ids] = now
-            self.rode[ids] = bus.line
-            for pid, dest in zip(ids.tolist(), self.pax.destination[ids].tolist()):
-                bus.onboard.setdefault(dest, []).append(pid)
-        bus.n_onboard += n_board
+        n_board, left = self._board_into(bus, node, now)
         log = self._log
         bus.visit = len(log["line"])
         bus.leader = self._last_visit.get((bus.line, stop))
@@ -308,14 +305,52 @@ class Episode:
         log["alighted"].append(n_alight)
         log["onboard"].append(bus.n_onboard)
         log["initial"].append(initial)
+        log["left_behind"].append(left)
+        log["idle_s"].append(0.0)
         return max(sc.board_s * n_board, sc.alight_s * n_alight, sc.min_dwell_s)
 
-    def _board(self, line: int, node: int, now: float, room: float) -> list[np.ndarray]:
-        """Ids of the passengers who board, earliest arrivals first across this line's queues."""
+    def _board_into(self, bus: Bus, node: int, now: float) -> tuple[int, int]:
+        """Board the waiting passengers the bus has room for; returns (boarded, left behind by a full bus)."""
+        sc = self.scenario
+        room = math.inf if sc.capacity is None else sc.capacity - bus.n_onboard
+        boarding, left = self._board(bus.line, node, now, room)
+        n_board = 0
+        for ids in boarding:
+            n_board += ids.size
+            self.board_s[ids] = now
+            self.rode[ids] = bus.line
+            for pid, dest in zip(ids.tolist(), self.pax.destination[ids].tolist()):
+                bus.onboard.setdefault(dest, []).append(pid)
+        bus.n_onboard += n_board
+        return n_board, left
+
+    def _stand_until_boarding(self, bus: Bus, stop: int):
+        """:attr:`Scenario.empty_stop_dwell`: stand until the next passenger of this line arrives
+        at the stop (for ever if none will), board everyone there by then; returns the boarding
+        time that follows. The visit's ``idle_s`` records the time stood empty."""
+        env, node = self.env, bus.ln.nodes[stop]
+        later = [q.times[i] for q in self.queues.get((bus.line, node), ())
+                 if (i := bisect.bisect_right(q.times, env.now)) < len(q.times)]
+        if not later:
+            yield env.event()  # never triggered: the bus stands here until the horizon
+        start = env.now
+        yield env.timeout(min(later) - start)
+        n_board, _ = self._board_into(bus, node, env.now)
+        log, visit = self._log, bus.visit
+        log["idle_s"][visit] = env.now - start
+        log["boarded"][visit] += n_board
+        log["onboard"][visit] = bus.n_onboard
+        return max(self.scenario.board_s * n_board, self.scenario.min_dwell_s)
+
+    def _board(self, line: int, node: int, now: float, room: float) -> tuple[list[np.ndarray], int]:
+        """Ids of the passengers who board, earliest arrivals first across this line's queues, and
+        how many ready passengers a full bus leaves behind."""
         queues = self.queues.get((line, node), ())
         ready = [(q, bisect.bisect_right(q.times, now)) for q in queues]
         total = sum(hi - q.head for q, hi in ready)
+        left = 0
         if total > room:  # capacity binds: take the `room` earliest arrivals over all queues
+            left = int(total - room)
             times = np.concatenate([q.times[q.head:hi] for q, hi in ready])
             owner = np.repeat(np.arange(len(ready)), [hi - q.head for q, hi in ready])
             taken = np.bincount(owner[np.argsort(times, kind="stable")[: int(room)]], minlength=len(ready))
@@ -325,7 +360,7 @@ class Episode:
             if hi > q.head:
                 out.append(q.ids[q.head:hi])
                 q.head = hi
-        return out
+        return out, left
 
     def _hold(self, bus: Bus, stop: int):
         """Holding at a control stop (§3.2); returns the seconds held. Nobody boards or alights
@@ -459,13 +494,13 @@ class Episode:
         })
         return EpisodeResult(
             self.scenario, self.seed, self.horizon_s,
-            metrics.episode_metrics(self.scenario, traj, pax), traj, pax,
+            metrics.episode_metrics(self.scenario, traj, pax, self.horizon_s), traj, pax,
         )
 
 
 _COLUMNS = (
     "line", "bus", "stop", "position_m", "arrival_s", "departure_s", "hold_s",
-    "boarded", "alighted", "onboard", "initial",
+    "boarded", "alighted", "onboard", "initial", "left_behind", "idle_s",
 )
 
 

@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 
 from .. import study
-from ..rl.dqn import DQNConfig, GreedyPolicy
+from ..rl.dqn import GreedyPolicy
 from . import scenarios
 from .controllers import Feedback, NoHolding
 from .evaluation import MEASURES
+from .jobs import dqn_config, make_scenario  # noqa: F401 (notebooks and cases 2, 3 use them from here)
 from .reward_design.jobs import NEEDS_LLM  # noqa: F401 (the notebooks' text for LLM-only rows)
 from .rewards import REWARDS
 from .scenarios import HOUR_S, Scenario
@@ -43,24 +44,6 @@ def ours_label(designer: str) -> str:
     from .reward_design.search import LABEL
 
     return f"{LABEL} + RL" if designer in ("rules", "search") else f"{designer} + RL"
-
-
-def make_scenario(case: str, **kwargs: Any) -> Scenario:
-    """``case2`` / ``case3`` / ``generic`` (with ``index``) / ``case1`` by name."""
-    builders = {"case1": scenarios.case1, "case2": scenarios.case2, "case3": scenarios.case3,
-                "generic": scenarios.generic}
-    if case not in builders:
-        raise ValueError(f"unknown case {case!r}; known: {sorted(builders)}")
-    return builders[case](**kwargs)
-
-
-def dqn_config(dqn: dict, seed: int) -> DQNConfig:
-    """A :class:`DQNConfig` from a notebook's ``dqn`` dict (authors' defaults for missing keys)."""
-    known = set(DQNConfig.__dataclass_fields__)
-    unknown = sorted(set(dqn) - known)
-    if unknown:
-        raise ValueError(f"unknown dqn setting(s) {unknown}; known: {sorted(known)}")
-    return DQNConfig(**{**dqn, "seed": seed})
 
 
 # ---------------------------------------------------------------- training (cached)
@@ -112,7 +95,7 @@ def design_case2(designer: str, llm: dict | None, dqn: dict, loop: dict, design_
                  test_horizon_s: float | None = None) -> DesignedReward:
     """Run the §4 loop on case 2 (warm start from RL-local; 2-h training, 4-h tests on
     ``design_seeds``, kept apart from the test seeds) with the rule-based designer
-    (``designer = "rules"``) or an LLM designer (any other name; ``llm`` configures it). Cached."""
+    (``designer = "search"``, formerly "rules") or an LLM designer (any other name; ``llm`` configures it). Cached."""
     from .reward_design.experiment import DesignSetup, design_reward
     from .reward_design.loop import LoopConfig
     from .reward_design.jobs import make_designer
@@ -120,7 +103,7 @@ def design_case2(designer: str, llm: dict | None, dqn: dict, loop: dict, design_
     if designer not in ("rules", "search") and llm is None:
         raise ValueError(f"designer {designer!r} needs an llm config (llmtraffic.llm.from_config); "
                          "without one the search designer runs (designer 'search')")
-    params = dict(designer=designer, llm=llm if designer != "rules" else None, dqn=dqn, loop=loop,
+    params = dict(designer=designer, llm=llm if designer not in ("rules", "search") else None, dqn=dqn, loop=loop,
                   design_seeds=list(design_seeds), agent_seed=agent_seed, train_horizon_s=train_horizon_s,
                   test_horizon_s=test_horizon_s)
 
@@ -196,22 +179,22 @@ def evaluate_methods(case: str, case_kwargs: dict, controllers: dict[str, Any], 
 
 
 def line_table(rows: pd.DataFrame, methods: list[str], missing: dict[str, str] | None = None) -> pd.DataFrame:
-    """Tables 5–6 layout: one row ``"<line> | <method>"`` per line (then overall) and method,
-    each measure as ``mean ± std`` over seeds; ``missing`` maps a method without rows to the
+    """Tables 5–6 layout: one row ``"<line> · <method>"`` per line (then overall) and method,
+    each measure as ``mean ± 95 % CI half-width`` over the test episodes
+    (:func:`llmtraffic.study.stats.mean_ci`); ``missing`` maps a method without rows to the
     reason shown in its cells (e.g. :data:`NEEDS_LLM`)."""
-    stats = rows.groupby(["line", "method"])[list(COLUMNS)].agg(["mean", "std"])
+    groups = dict(list(rows.groupby(["line", "method"])))
     lines = [x for x in dict.fromkeys(rows["line"]) if x != "overall"] + ["overall"]
     out = {}
     for line in lines:
         for method in methods:
-            if (line, method) in stats.index:
-                out[f"{line} | {method}"] = {label: f"{stats.at[(line, method), (k, 'mean')]:.2f} ± "
-                                                    f"{stats.at[(line, method), (k, 'std')]:.2f}"
-                                             for k, label in COLUMNS.items()}
+            if (line, method) in groups:
+                g = groups[(line, method)]
+                out[f"{line} · {method}"] = {label: study.stats.mean_ci(g[k]).format(2) for k, label in COLUMNS.items()}
             elif missing and method in missing:
-                out[f"{line} | {method}"] = {label: missing[method] for label in COLUMNS.values()}
+                out[f"{line} · {method}"] = {label: missing[method] for label in COLUMNS.values()}
     table = pd.DataFrame.from_dict(out, orient="index")
-    table.index.name = "line | method"
+    table.index.name = "line · method"
     return table
 
 

@@ -45,7 +45,7 @@ def evaluate(scenario: Scenario | str, controller: Controller, seed: int = 0, ep
             **{f"config_{k}": v for k, v in asdict(cfg).items()}}
 
 
-# Table 1 of the OracleTSC seed ----------------------------------------------------------
+# Table 1 of the OracleTSC paper ----------------------------------------------------------
 
 CLASSIC = {
     "FixedTime (t_fixed=10)": lambda: FixedTime(10),

@@ -1,7 +1,8 @@
 """`make data`: download the public data sets, verify checksums, place them in the data directory.
 
 The layout matches the copies CI reads (``../shared/data``): ``libsignal/<scenario>/…`` from
-LibSignal and ``busholding/pkl/…`` from the bus-holding authors' repository, both pinned to a
+LibSignal, ``busholding/pkl/…`` (data) and ``busholding/authors_code/…`` (their simulator and
+loop code, for the cross-check) from the bus-holding authors' repository, all pinned to a
 commit so a checksum can only fail if a download is corrupted or the source was rewritten.
 """
 
@@ -25,8 +26,57 @@ BUSHOLDING = (
     "3166e956f08123508bd2827988fe29a68520780b/real_world/"
 )
 
+AUTHORS_CODE = (
+    "https://raw.githubusercontent.com/JiajieTSC/LLM-enhanced-RL-for-generic-bus-holding-control/"
+    "87acaa6106116bad5c5b7e664376d78f3b619527/"
+)
+"""The bus authors' simulator and loop code (every .py and .ini of ``synthetic_network/`` and
+``real_world/``): run unmodified, from the data directory, by the ``bus_crosscheck`` notebook;
+never copied into the project's source (the repository has no licence file)."""
+
 # (path in the data directory, sha256). Source URL follows from the path prefix (see `source_url`).
 FILES: tuple[tuple[str, str], ...] = (
+    ("busholding/authors_code/real_world/analyzer.py", "91b1d6e671446d8251da316493b01c0ae415bb6c6f9056c8e82f0ca84669e0e5"),
+    ("busholding/authors_code/real_world/analyzer_API.py", "be47e16302708bca7e2bcde13915328722b233f348d4054a46a71c9bb9be5764"),
+    ("busholding/authors_code/real_world/bus_update.py", "87c92eed3aa96232eca79f3f40ebe0a44bff751d7bb53f88fef94f676b7cb729"),
+    ("busholding/authors_code/real_world/memory.py", "933806b474a25095b3fdb8d20a1b0eeb3778889073b44541988a291ec9c11c92"),
+    ("busholding/authors_code/real_world/model.py", "ddcd277eab1e0e4f78051420da93a4bc4c86ef94af6ae6abcab8f684dae74843"),
+    ("busholding/authors_code/real_world/reward_exploration.py", "2c2525a0e4f617621a0f1d977f9a415987d2798a973a8aa195492996a0ef75fe"),
+    ("busholding/authors_code/real_world/reward_exploration_API.py", "c13f7a673df0cfe7053096522b8ad56a594e9ce0eae7b80545cf808e7bba2ff8"),
+    ("busholding/authors_code/real_world/reward_initial.py", "e348995252d0eda95ef412cdeffca8d30d2796d293cdaacdb88ddae3e37a35b4"),
+    ("busholding/authors_code/real_world/reward_initial_API.py", "6b1ad69dbb57b717e0c5a7d92969d0e3a65371adc779fabb4fd78f63aafccfdb"),
+    ("busholding/authors_code/real_world/reward_modify.py", "3c5e025de9fc7a7258e8b2387a205a1b9cc2e79dfe78dbf5c99ad340732b0950"),
+    ("busholding/authors_code/real_world/reward_modify_API.py", "9bb6ac0e154e285c7eaa327a34c4f93646902808afb7c77aacea602556635add"),
+    ("busholding/authors_code/real_world/run_all.py", "018cfbeecc6d54fc332166c23353a8d1874481f43bc648496c3d186db5014722"),
+    ("busholding/authors_code/real_world/testing_main.py", "9f9e736107010b6d4c057009f2bba884d264b6eaa50e08369c45154038069116"),
+    ("busholding/authors_code/real_world/testing_settings.ini", "6ac956790acd99f8207c625725cd64962018c702d9665681b9c776c08100f373"),
+    ("busholding/authors_code/real_world/testing_simulation.py", "79c11593ddeeb855d36635c42a786421eb4095386e646998e045b83df3a12b4c"),
+    ("busholding/authors_code/real_world/training_main.py", "3c54c7ef129ef68cb310e2c59e47e5db2f1dd71f579e81abe9d9623ccc6904ca"),
+    ("busholding/authors_code/real_world/training_settings.ini", "890210618cc3de94b71926bc1c9540b75b79c2b8ae6f81c766c3c80a96017e2d"),
+    ("busholding/authors_code/real_world/training_simulation.py", "bf4220784c05a3e63b388abe745e7637e99aa8cbdca8c9f47ec518c913bc941b"),
+    ("busholding/authors_code/real_world/trajectories_for_LLM_generation.py", "231df0dd4e71cc0878b99549d0998d4aa02d2ab033bf22859c9966f0361762e7"),
+    ("busholding/authors_code/real_world/utils.py", "7e94ccfbbb929d7338df762cbeae20e42dea5a638ccdb1e53bd39270ed756820"),
+    ("busholding/authors_code/real_world/visualization.py", "6801221231de287e0ec58d349c61b78dc55c71b4ad7aa78a06daeb0eb700607a"),
+    ("busholding/authors_code/synthetic_network/analyzer.py", "74c0098fb312856a465922cd3afcf3e2d1d33733b994b686e0247f885c26227d"),
+    ("busholding/authors_code/synthetic_network/analyzer_API.py", "3cc8ae4ef82839422c5fd9a00e50987c1924d9ed92849ced3fa3b4d007c3b615"),
+    ("busholding/authors_code/synthetic_network/memory.py", "933806b474a25095b3fdb8d20a1b0eeb3778889073b44541988a291ec9c11c92"),
+    ("busholding/authors_code/synthetic_network/model.py", "ddcd277eab1e0e4f78051420da93a4bc4c86ef94af6ae6abcab8f684dae74843"),
+    ("busholding/authors_code/synthetic_network/reward_exploration.py", "e610d81aa8833bdc3fc2de4ecfba869afa6e4df3647306c0ab32eec351a1716e"),
+    ("busholding/authors_code/synthetic_network/reward_exploration_API.py", "a6e413ae92c7b226f9468e73b83b0e2863888dfe5735a0fe94591d155c69ea45"),
+    ("busholding/authors_code/synthetic_network/reward_initial.py", "20d080f7a711614d9eb1cce4a2a8810d3cbe5e6735d399fb2513db11c8fa04b5"),
+    ("busholding/authors_code/synthetic_network/reward_initial_API.py", "44e1ad87327862f279bc68e258d4198851113e18ce84ec6fa7543574456f1fab"),
+    ("busholding/authors_code/synthetic_network/reward_modify.py", "1d0082d1914474f2a39c19b6dd83cf05ed54f9c8eca530a5a0d902a65eb5fcfc"),
+    ("busholding/authors_code/synthetic_network/reward_modify_API.py", "e599a8ba5de2b7b5c15f6a52d7488c5ed87ed547fa176054fc7409585ed7b14b"),
+    ("busholding/authors_code/synthetic_network/run_all.py", "f14fd9a708cba18ad78bac7447f2a89780e38fe77f45a71d4d7f3486330e4fe4"),
+    ("busholding/authors_code/synthetic_network/testing_main.py", "10c7efa2b0af3ccdc77438ec47f43d441b0bc6208e67688700fd1a44822fbeec"),
+    ("busholding/authors_code/synthetic_network/testing_settings.ini", "bdba4a69aaf9ad1cf29635ca56706d3afc1c0303ef2e9475efd15daafc9dd083"),
+    ("busholding/authors_code/synthetic_network/testing_simulation.py", "77c1c578737154288bfbacdf3c6cc4a65e9f0c1adec80700ba0535076603c594"),
+    ("busholding/authors_code/synthetic_network/training_main.py", "b45d8408dc56f8179f371098f3289f4f6141b08556e14dca5542867ec2b68444"),
+    ("busholding/authors_code/synthetic_network/training_settings.ini", "565b819ea6eea4e318858fff3203a01a00226fa52fa82ea0e271fc2b081ddd76"),
+    ("busholding/authors_code/synthetic_network/training_simulation.py", "d256f634983d1977f32d54fdc23e816e521bca0d1eb1591e9d716ffd27d22985"),
+    ("busholding/authors_code/synthetic_network/trajectories_for_LLM_generation.py", "e368a8162a7d523a55da0825a592c976040666476cf8c14e74ad41a25c10c693"),
+    ("busholding/authors_code/synthetic_network/utils.py", "7e94ccfbbb929d7338df762cbeae20e42dea5a638ccdb1e53bd39270ed756820"),
+    ("busholding/authors_code/synthetic_network/visualization.py", "6801221231de287e0ec58d349c61b78dc55c71b4ad7aa78a06daeb0eb700607a"),
     ("busholding/pkl/data_case2/board_bystop_per_hour_3436.pkl", "6ee4ae8f16718b78ae01bd8ab3bd8a6d076b626794eb26b85f933549080797e7"),
     ("busholding/pkl/data_case2/board_bystop_per_hour_3986.pkl", "27ff9e163035a75962dfd6fb5f43f16e665c15579092863a6391113d20f5413a"),
     ("busholding/pkl/data_case2/destination_percent_3436.pkl", "1a0ea3f3b0054a100c805883721bd47dd07122b45e7ef4735a084c7bc55bcf4d"),
@@ -108,6 +158,8 @@ def source_url(path: str) -> str:
     if path.startswith("libsignal/"):
         rest = path.removeprefix("libsignal/")
         return LIBSIGNAL + urllib.parse.quote(rest)
+    if path.startswith("busholding/authors_code/"):
+        return AUTHORS_CODE + urllib.parse.quote(path.removeprefix("busholding/authors_code/"))
     if path.startswith("busholding/pkl/"):
         return BUSHOLDING + urllib.parse.quote(path.removeprefix("busholding/pkl/"))
     raise ValueError(f"no public source known for data path {path!r}")

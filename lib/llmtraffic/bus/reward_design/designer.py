@@ -2,7 +2,7 @@
 
 :class:`LLMDesigner` asks an :class:`~llmtraffic.llm.LLM` through the prompts of Appendix A
 (initializer A.1, modifier A.2, analyzer A.3, refiner A.4, and a repair prompt carrying a rejected
-candidate's reason). The existing LLM-enhanced RL methods the seed compares with (§5.2.4) are the
+candidate's reason). The existing LLM-enhanced RL methods the paper compares with (§5.2.4) are the
 same designer under other loop settings (``variants.py``); in the critic variant the analyzer
 reviews each reward from its code alone (``critic=True``).
 """

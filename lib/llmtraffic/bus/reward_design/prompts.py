@@ -1,9 +1,9 @@
 """Prompts of the LLM modules (bus seed Appendix A): reward initializer (A.1), modifier (A.2),
 performance analyzer (A.3), refiner (A.4) and the LLM-direct controller (A.5), plus the repair
-prompt that sends a rejected candidate's reason back (our addition; the seed does not show one).
+prompt that sends a rejected candidate's reason back (our addition; the paper does not show one).
 
 Each builder returns chat messages (``[{"role": "system", ...}, {"role": "user", ...}]``) whose
-user message carries the sections the seed lists (§4.2): task, agent, state, reward inputs,
+user message carries the sections the paper lists (§4.2): task, agent, state, reward inputs,
 environment, then the module's own inputs and output instructions. The text adapts to the
 system: one line (no other-line headways; headways within the line only) or several lines
 (shared stops, other-line headways zero where a stop is not shared), and to the 6-value §3.2

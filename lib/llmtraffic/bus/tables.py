@@ -1,0 +1,109 @@
+"""Table builders of the bus study: means with 95 % CIs, paired differences and verdicts
+(:mod:`llmtraffic.study.stats`) over the independent units of a row.
+
+Rows are one test episode each: ``method``, ``seed`` (eval seed), ``agent_seed`` (learned
+controllers; NaN for fixed ones) and the measures. The units of a learned controller are its
+agent seeds × eval seeds; those of a fixed controller its eval seeds. A learned row is compared
+with a fixed reference on the same eval seed (the reference repeated for every agent seed), with
+another learned row on the same (agent seed, eval seed).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..study import stats
+
+NEVER_HOLDS = "never holds (equals no holding)"
+
+
+def _units(rows: pd.DataFrame, method: str) -> pd.DataFrame:
+    mine = rows[rows["method"] == method]
+    if mine.empty:
+        raise ValueError(f"no rows for method {method!r}; have {sorted(rows['method'].unique())}")
+    return mine
+
+
+def _learned(frame: pd.DataFrame) -> bool:
+    return "agent_seed" in frame and frame["agent_seed"].notna().any()
+
+
+def ci_table(rows: pd.DataFrame, methods: list[str], columns: dict[str, str], digits: int = 1,
+             missing: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per method: each measure of ``columns`` (key → label) as ``mean ± CI half-width``,
+    the number of units ``n`` and, for learned controllers, whether its agents hold at all.
+    ``missing`` maps a method without rows to the reason its cells show."""
+    out = {}
+    for method in methods:
+        if not (rows["method"] == method).any():
+            if missing and method in missing:
+                out[method] = {**{label: missing[method] for label in columns.values()}, "n": "", "holding": ""}
+            continue
+        mine = _units(rows, method)
+        cells = {label: stats.mean_ci(mine[key]).format(digits) for key, label in columns.items()}
+        cells["n"] = str(len(mine))
+        cells["holding"] = holding_note(mine)
+        out[method] = cells
+    table = pd.DataFrame.from_dict(out, orient="index")
+    table.index.name = "method"
+    return table
+
+
+def holding_note(mine: pd.DataFrame) -> str:
+    """Per row: mean holding time per holding event, or that the controller never held."""
+    held = mine["hold_time_s"].to_numpy(float)
+    if not np.any(held > 0):
+        return NEVER_HOLDS
+    return f"holds {held.mean():.1f} s per hold"
+
+
+def paired(rows: pd.DataFrame, method: str, reference: str, measure: str,
+           relative: bool = False) -> stats.Estimate:
+    """Paired difference ``method − reference`` of ``measure`` (see the module docstring for the
+    pairing; a fixed method against a learned reference is repeated for every agent seed too)."""
+    a, b = _units(rows, method), _units(rows, reference)
+    both = _learned(a) and _learned(b)
+    keys = ["agent_seed", "seed"] if both else ["seed"]
+    for name, frame in ((method, a), (reference, b)):
+        if not both and not _learned(frame) and frame["seed"].duplicated().any():
+            raise ValueError(f"{name!r} has several rows per eval seed")
+    left, right = (b, a) if _learned(b) and not _learned(a) else (a, b)  # the learned side sets the units
+    joined = left.merge(right[keys + [measure]], on=keys, suffixes=("", "_other"), how="left")
+    if joined[f"{measure}_other"].isna().any():
+        lost = sorted(joined.loc[joined[f"{measure}_other"].isna(), "seed"].unique().tolist())
+        raise ValueError(f"{method!r} and {reference!r} do not share eval seed(s) {lost}")
+    first, second = joined[measure], joined[f"{measure}_other"]
+    ours, ref = (second, first) if left is b else (first, second)
+    return stats.paired_difference(ours, ref, relative=relative)
+
+
+def comparisons(rows: pd.DataFrame, methods: list[str], references: list[str], columns: dict[str, str],
+                digits: int = 1) -> pd.DataFrame:
+    """Paired differences of each method against each reference (not itself) for every measure:
+    ``difference ± CI`` in the measure's unit, in percent of the reference, and the verdict
+    (lower is better for every measure of this study)."""
+    out = []
+    for method in methods:
+        for ref in references:
+            if ref == method:
+                continue
+            for key, label in columns.items():
+                diff = paired(rows, method, ref, key)
+                rel = paired(rows, method, ref, key, relative=True) if _nonzero(rows, ref, key) else None
+                out.append({"method": method, "vs": ref, "measure": label, "difference": diff.format(digits),
+                            "change (%)": rel.format(1) if rel else "n/a", "verdict": stats.verdict(diff),
+                            "n": diff.n})
+    return pd.DataFrame(out).set_index(["method", "vs", "measure"])
+
+
+def _nonzero(rows: pd.DataFrame, method: str, key: str) -> bool:
+    return float(_units(rows, method)[key].mean()) != 0.0
+
+
+def best_of(rows: pd.DataFrame, methods: list[str], measure: str = "travel_time_s") -> str:
+    """The method with the lowest mean ``measure`` (the paper's "best vanilla RL")."""
+    means = {m: float(_units(rows, m)[measure].mean()) for m in methods}
+    return min(means, key=lambda m: (math.inf if math.isnan(means[m]) else means[m]))
