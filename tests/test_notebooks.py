@@ -41,8 +41,10 @@ def test_notebook_runs_at_smoke_profile(notebook):
 # The matrix of issue 17. Its first column, no LLM and the default backbone, is the smoke run
 # above; the other columns must stop before any compute, so they cost no notebook run.
 TAKES_LLM = {"bus_ablation", "bus_case1", "bus_case2", "bus_case3", "bus_generic", "bus_llm_methods", "bus_llm_sensitivity"}
-TAKES_BACKBONE = {"tsc_clip", "tsc_entropy_temperature", "tsc_generalization", "tsc_hurdle", "tsc_main",
+TAKES_BACKBONE = {"tsc_clip", "tsc_entropy_temperature", "tsc_generalization", "tsc_main",
                   "tsc_ppo_sensitivity", "tsc_reward_ablation", "tsc_seeds_and_g"}
+TAKES_BACKBONES = {"tsc_hurdle"}  # a list of backbones (Fig. 9)
+BACKBONE_PER_SCENARIO = {"tsc_clip"}  # backbones = {scenario: backbone}: a list is the wrong type
 
 
 def _closed_port() -> int:
@@ -57,6 +59,8 @@ SETTINGS = {
                         "llm", 3, ["llm: endpoint http://127.0.0.1:", "is unreachable", "start the server or fix llm.base_url"]),
     "absent backbone": (lambda: "backbone=Qwen3-0.6B", "backbone", 3,
                         ["backbone 'Qwen3-0.6B' cannot run here", "needs local weights and a GPU", "backbone=surrogate-tiny"]),
+    "absent backbone in a list": (lambda: "backbones=[surrogate-tiny, Qwen3-0.6B]", "backbones", 3,
+                                  ["backbone 'Qwen3-0.6B' cannot run here", "needs local weights and a GPU"]),
     "unknown llm backend": (lambda: "llm={backend: nonsense}", "llm", 2,
                             ["parameter 'llm' backend must be one of openai, hf, replay, got 'nonsense'"]),
 }
@@ -66,6 +70,7 @@ def test_the_matrix_knows_which_notebooks_take_which_setting():
     takes = {nb.stem: set(notebook_parameters(nb)) for nb in NOTEBOOKS}
     assert {stem for stem, names in takes.items() if "llm" in names} == TAKES_LLM
     assert {stem for stem, names in takes.items() if "backbone" in names} == TAKES_BACKBONE
+    assert {stem for stem, names in takes.items() if "backbones" in names} == TAKES_BACKBONES | BACKBONE_PER_SCENARIO
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
@@ -76,11 +81,13 @@ def test_missing_resource_stops_before_compute(notebook, setting, tmp_path, monk
     item, name, status, words = SETTINGS[setting]
     code = main(["run", "--profile", "smoke", "--only", notebook.stem, "--set", item()])
     err = capsys.readouterr().err
-    if notebook.stem in (TAKES_LLM if name == "llm" else TAKES_BACKBONE):
+    if notebook.stem in {"llm": TAKES_LLM, "backbone": TAKES_BACKBONE, "backbones": TAKES_BACKBONES}[name]:
         assert code == status, err
         assert f"{notebook.stem}" in err
         for word in words:
             assert word in err
+    elif name == "backbones" and notebook.stem in BACKBONE_PER_SCENARIO:
+        assert code == 2 and f"parameter 'backbones' must be dict" in err, err
     else:
         assert code == 2, err
         assert f"notebook {notebook.stem}: unknown parameter {name!r}" in err

@@ -63,6 +63,14 @@ def test_absent_backbone_names_what_to_do_and_the_surrogate_passes():
     assert "backbone=surrogate-tiny" in problem
 
 
+def test_every_backbone_of_a_list_or_mapping_is_checked():
+    assert resource_problems({"backbones": ["surrogate-tiny"]}) == []
+    [problem] = resource_problems({"backbones": ["surrogate-tiny", "no-such-org/m"]})
+    assert problem.startswith("backbone 'no-such-org/m' cannot run here")
+    [problem] = resource_problems({"backbone": "surrogate-tiny", "backbones": {"cologne1": "no-such-org/m", "x": "no-such-org/m"}})
+    assert "no-such-org/m" in problem  # named once
+
+
 def test_begin_stops_a_notebook_opened_by_hand(tmp_path, monkeypatch, outdirs):
     import nbformat
 

@@ -9,7 +9,7 @@ one starts, and :func:`llmtraffic.study.begin` checks again for a notebook opene
   endpoint accepts a connection and the API key variable is set (``openai``), the model folder
   exists (``hf``), the cassette exists (``replay`` or ``cache.mode: replay``); else
   :class:`ResourceError` (exit status 3), and nothing runs.
-- ``backbone``: anything but ``surrogate-tiny`` needs local weights and a CUDA GPU; else
+- ``backbone`` (and each of ``backbones``): anything but ``surrogate-tiny`` needs local weights and a CUDA GPU; else
   :class:`ResourceError`.
 - A ``designer`` other than ``search`` (or the older name ``rules``) needs an ``llm`` config (a setting, exit status 2).
 
@@ -128,8 +128,9 @@ def resource_problems(params: dict[str, Any], memo: dict | None = None) -> list[
             memo[key] = _llm_problem(cfg)
         if memo[key]:
             problems.append(f"{where}: {memo[key]}")
-    backbone = params.get("backbone")
-    if isinstance(backbone, str) and backbone != SURROGATE:
+    several = params.get("backbones") or []  # a list (tsc_hurdle, Fig. 9) or {scenario: backbone} (tsc_clip)
+    wanted = [params.get("backbone")] + list(several.values() if isinstance(several, dict) else several)
+    for backbone in dict.fromkeys(b for b in wanted if isinstance(b, str) and b != SURROGATE):
         key = ("backbone", backbone)
         if key not in memo:
             memo[key] = _backbone_problem(backbone)
