@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from llmtraffic.bus import HoldingEnv, scenarios
-from llmtraffic.bus.reward_design.experiment import EXPERT_CODE, DesignSetup, design_reward
+from llmtraffic.bus.reward_design.experiment import DesignSetup, design_reward, expert_code
 from llmtraffic.bus.reward_design.loop import LoopConfig, Reply
 from llmtraffic.bus.reward_design.sandbox import SandboxedReward, example_transitions, validate_reward_code
 from llmtraffic.bus.env import RewardFunctionError
@@ -56,12 +56,12 @@ def test_the_exploding_candidate_fails_and_the_loop_keeps_the_expert():
         scenario=scenarios.case1(),
         dqn=DQNConfig(hidden=(16,), episodes=1, updates_per_episode=5, batch_size=32, learning_starts=64,
                       eps_decay_episodes=1, obs_scale=(1776, 1776, 1, 1, 50, 90)),
-        test_seeds=[0], train_horizon_s=1800, test_horizon_s=1800,
+        design_seeds=[0], train_horizon_s=1800, test_horizon_s=1800,
     )
     outcome, best = design_reward(setup, Once(), LoopConfig(iterations=1, max_retries=0), progress=False)
     history = outcome.history()
     assert history["valid"].tolist() == [True, False]
     assert history.loc[1, "reason"].startswith("training or testing failed: RewardFunctionError: ")
     assert "current_state=[" in history.loc[1, "reason"]
-    assert outcome.best_code == EXPERT_CODE == best.code
+    assert outcome.final_code == expert_code(setup.scenario.state_dim) == best.code
     assert np.isfinite(best.trial.travel_time)
