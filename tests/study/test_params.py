@@ -240,7 +240,7 @@ def _notebook_dir(tmp_path, source, stem="nb"):
         ("llm={backend: openai, base_url: 'http://h/v1', model: m, max_retries: -1}", ["max_retries must be an integer >= 0"]),
         ("llm={backend: openai, base_url: 'http://h/v1', model: m, cache: {mode: replya}}", ["cache.mode must be one of"]),
         ("designers=[{name: x, llm: {backend: nonsense}}]", ["'designers[0].llm' backend must be one of"]),
-        ("designer=gpt-4o", ["designer 'gpt-4o' needs an llm config", "designer=rules"]),
+        ("designer=gpt-4o", ["designer 'gpt-4o' needs an llm config", "designer=search"]),
     ],
 )
 def test_bad_values_exit_2_before_anything_runs(tmp_path, outdirs, capsys, setting, words):
