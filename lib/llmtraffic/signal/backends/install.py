@@ -12,7 +12,6 @@ SUMO scenarios working.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -21,6 +20,8 @@ import tarfile
 import tempfile
 from importlib import metadata
 from pathlib import Path
+
+from llmtraffic.study.data import sha256
 
 REPO = "https://github.com/cityflow-project/CityFlow"
 COMMIT = "81ee0f47659ca66177a71f81676691c58ee89184"
@@ -63,14 +64,6 @@ def missing_tools() -> list[str]:
     if not any(c and shutil.which(c) for c in compilers):
         missing.append("a C++ compiler (c++, g++ or clang++; or set CXX)")
     return missing
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def vendored_source(archive: Path, into: Path) -> Path:
