@@ -2,23 +2,11 @@
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-from llmtraffic import study
 from llmtraffic.study import claims
 from llmtraffic.study.stats import Estimate, mean_ci
-
-FIXTURES = Path(__file__).parent / "fixtures"
-
-
-@pytest.fixture
-def ctx(outdirs, monkeypatch):
-    monkeypatch.setenv("LLMTRAFFIC_NOTEBOOK", str(FIXTURES / "notebooks" / "fx_plot.ipynb"))
-    monkeypatch.setenv("LLMTRAFFIC_PROFILE", "smoke")
-    claims._recorded.clear()
-    return study.begin("fx_plot", {"n": 7, "scale": 0.5, "label": "x", "seeds": [4, 5], "extra": None})
 
 
 @pytest.mark.parametrize(
@@ -37,28 +25,28 @@ def test_verdict(ours, direction, expected):
     assert claims.judge(ours, direction) == expected
 
 
-def test_claim_direction_comes_from_the_paper_value(ctx):
+def test_claim_direction_comes_from_the_paper_value(claims_ctx):
     c = claims.claim("x", "bus", "§5.2", "A beats B", "travel A − B (%)", "table1",
                      ours=mean_ci([-1.9, -2.0, -2.1]), paper_value=-3.73)
     assert c.direction == -1 and c.verdict == claims.REPRODUCED
     assert c.link == "fx_plot/table1"
 
 
-def test_claim_without_estimate_must_say_what_it_needs(ctx):
+def test_claim_without_estimate_must_say_what_it_needs(claims_ctx):
     with pytest.raises(ValueError, match="needs"):
         claims.claim("y", "bus", "§5.2", "LLM-direct", "q", "table1", paper_value=-1.0)
     c = claims.claim("y", "bus", "§5.2", "LLM-direct", "q", "table1", paper_value=-1.0, needs="an LLM backend")
     assert c.verdict == claims.NOT_RUN
 
 
-def test_bad_paper_and_direction_are_refused(ctx):
+def test_bad_paper_and_direction_are_refused(claims_ctx):
     with pytest.raises(ValueError, match="unknown paper"):
         claims.claim("z", "busx", "§5", "s", "q", "t", ours=mean_ci([1, 2]), paper_value=1.0)
     with pytest.raises(ValueError, match="direction"):
         claims.claim("z", "bus", "§5", "s", "q", "t", ours=mean_ci([1, 2]))
 
 
-def test_claims_file_and_scorecard(ctx, outdirs):
+def test_claims_file_and_scorecard(claims_ctx, outdirs):
     claims.claim("a", "bus", "§5.2, Table 1", "A beats B", "travel A − B (%)", "table1",
                  ours=mean_ci([-1.9, -2.0, -2.1]), paper_value=-3.73)
     claims.claim("b", "tsc", "§4.3, Table 2", "hurdle helps", "queue (veh)", "table2",

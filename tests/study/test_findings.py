@@ -1,22 +1,13 @@
 """The README's findings section is generated from the claims and replaces only its own lines."""
 
-from pathlib import Path
-
 import pytest
 
-from llmtraffic import study
 from llmtraffic.study import claims, findings
 from llmtraffic.study.stats import mean_ci
 
-FIXTURES = Path(__file__).parent / "fixtures"
-
 
 @pytest.fixture
-def recorded(outdirs, monkeypatch):
-    monkeypatch.setenv("LLMTRAFFIC_NOTEBOOK", str(FIXTURES / "notebooks" / "fx_plot.ipynb"))
-    monkeypatch.setenv("LLMTRAFFIC_PROFILE", "smoke")
-    claims._recorded.clear()
-    study.begin("fx_plot", {"n": 7, "scale": 0.5, "label": "x", "seeds": [4, 5], "extra": None})
+def recorded(claims_ctx, outdirs):
     # strength |mean| / half-width: weak 1.6 (decided), strong ~200, marked headline inconclusive
     claims.claim("weak", "bus", "§5.2", "weak effect", "q", "t", ours=mean_ci([-3.0, -4.0, -5.0]), paper_value=-1.0)
     claims.claim("strong", "bus", "§5.3", "strong effect", "q", "t", ours=mean_ci([-2.0, -2.01, -1.99]), paper_value=-1.0)

@@ -16,7 +16,6 @@ from llmtraffic.study import claims
 from llmtraffic.study.paths import ROOT
 from llmtraffic.study.stats import mean_ci
 
-FIXTURES = Path(__file__).parent / "fixtures"
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
 OURS = re.compile(rf"^(?P<mean>{NUM})(?: \S+)? (?:\[(?P<low>{NUM}), (?P<high>{NUM})\] \(n = \d+\)|\(n = 1, no CI\))$")
 VERDICT = re.compile(r"^\*\*(" + "|".join(claims.VERDICTS) + r")\*\*$")
@@ -115,11 +114,7 @@ def test_committed_scorecard_lists_every_claim_with_a_sound_verdict():
 
 
 @pytest.fixture
-def card(outdirs, monkeypatch):
-    monkeypatch.setenv("LLMTRAFFIC_NOTEBOOK", str(FIXTURES / "notebooks" / "fx_plot.ipynb"))
-    monkeypatch.setenv("LLMTRAFFIC_PROFILE", "smoke")
-    claims._recorded.clear()
-    study.begin("fx_plot", {"n": 7, "scale": 0.5, "label": "x", "seeds": [4, 5], "extra": None})
+def card(claims_ctx, outdirs):
     study.save_table(pd.DataFrame({"v": [1.0]}), "table1")
     claims.claim("same_way", "bus", "§5.2, Table 1", "A beats B", "travel (%)", "table1",
                  ours=mean_ci([-1.9, -2.0, -2.1]), paper_value=-3.73)

@@ -124,7 +124,7 @@ class Run:
 def run_authors(case: str, seed: int, rule: bool) -> Run:
     """Run their testing simulator for ``case`` on ``seed`` (always release, or the rule)."""
     folder = authors_dir(case)
-    with _their_imports(folder), tempfile.TemporaryDirectory() as work, _cwd(work), _quiet():
+    with _their_imports(folder), tempfile.TemporaryDirectory() as work, contextlib.chdir(work), _quiet():
         if case == "case2":
             os.symlink(data_path("busholding/pkl/data_case2"), Path(work) / "data")
         module = _load(case)
@@ -134,16 +134,6 @@ def run_authors(case: str, seed: int, rule: bool) -> Run:
             sim.run(seed)
         values = _case1_values(sim) if case == "case1" else _case2_values(sim, overflow)
     return Run("authors", case, HeadwayBalance.name if rule else "no holding", seed, values)
-
-
-@contextlib.contextmanager
-def _cwd(path: str):
-    before = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import provenance
+from .atomic import atomic_write_text
 from .context import current
 from .paths import figures_dir
 from .stats import Estimate
@@ -113,8 +114,6 @@ def claim(
 
 
 def _write(stem: str) -> Path:
-    from .outputs import atomic_write_text  # outputs imports gallery, which imports us
-
     ctx = current()
     payload = {
         "kind": "claims",
@@ -208,7 +207,5 @@ def render(root: Path | None = None) -> str:
 
 
 def write_scorecard(root: Path | None = None) -> Path:
-    from .outputs import atomic_write_text
-
     root = Path(root or figures_dir())
     return atomic_write_text(root / "SCORECARD.md", render(root))
