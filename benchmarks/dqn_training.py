@@ -10,7 +10,11 @@ It also reports the achieved GFLOP/s of one update against a plain matmul of the
 in the same run (one thread both): an update is four matrix products per layer — the bootstrap
 forward on s', the forward on s, and the backward products for the input and weight gradients —
 so ``8 · batch · Σ fan_in · fan_out`` floating-point operations; the rest (Adam, the loss,
-gathers) is overhead the ratio exposes. Run:
+gathers) is overhead the ratio exposes.
+
+Last, the cost of one greedy decision (``GreedyPolicy`` on one observation, what validation and
+testing ask hundreds of thousands of times): the numpy forward pass against the torch forward of
+the same network, timed in the same run (one torch thread, as during training). Run:
 
     .venv/bin/python benchmarks/dqn_training.py [--updates 50]
 """
@@ -18,13 +22,14 @@ gathers) is overhead the ratio exposes. Run:
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 
 import torch
 
 from llmtraffic.bus import HoldingEnv, scenarios
 from llmtraffic.bus.rewards import rl_global
-from llmtraffic.rl.dqn import DQNAgent, DQNConfig
+from llmtraffic.rl.dqn import DQNAgent, DQNConfig, GreedyPolicy
 
 
 def filled_agent(cfg: DQNConfig) -> DQNAgent:
@@ -85,6 +90,30 @@ def seconds_per_matmuls(cfg: DQNConfig, repeats: int, obs_dim: int = 6, n_action
         torch.set_num_threads(before)
 
 
+def seconds_per_greedy_call(policy: GreedyPolicy, observations, repeats: int) -> float:
+    for obs in observations[:100]:  # warm-up
+        policy(obs)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        for obs in observations:
+            policy(obs)
+    return (time.perf_counter() - start) / (repeats * len(observations))
+
+
+def greedy_call_costs(hidden: tuple[int, ...], observations, repeats: int) -> tuple[float, float]:
+    """Seconds per greedy decision on the numpy path and on the torch path (same network, one torch thread)."""
+    agent = DQNAgent(6, 2, DQNConfig(hidden=hidden, obs_scale=(1000.0,) * 4 + (10.0, 10.0)))
+    fast = agent.greedy_policy()
+    slow = copy.copy(fast)
+    slow._layers = None  # GreedyPolicy's torch fallback on the very same network
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return seconds_per_greedy_call(fast, observations, repeats), seconds_per_greedy_call(slow, observations, repeats)
+    finally:
+        torch.set_num_threads(before)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=50)
@@ -106,6 +135,11 @@ def main() -> None:
     print(f"one training episode ({cfg.updates_per_episode} updates, 1 thread): "
           f"{sim_s + cfg.updates_per_episode * one:.1f} s, of which updates "
           f"{100 * cfg.updates_per_episode * one / (sim_s + cfg.updates_per_episode * one):.0f} %")
+    observations = agent.replay.obs[:agent.replay.size]  # the case-1 states just played
+    for hidden in ((128, 128, 128), cfg.hidden):
+        fast, slow = greedy_call_costs(hidden, observations, repeats=3)
+        print(f"greedy decision ({'x'.join(map(str, hidden))}, one observation): numpy {fast * 1e6:.1f} us, "
+              f"torch {slow * 1e6:.1f} us (torch/numpy {slow / fast:.1f})")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""Case 2/3 and generic studies (bus seed §5.3–5.5): data checks of issue 8, the case-2 → case-3
-transfer, and the tables' arithmetic."""
+"""Case 2/3 and generic studies (§5.3–5.5 of the bus-holding paper): data checks, the case-2 → case-3
+transfer, the case-2 agents' protocol, and the tables' arithmetic."""
 
 import math
 
@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from llmtraffic.bus import scenarios, simulate, studies
+from llmtraffic.bus import jobs, scenarios, simulate, tables
 from llmtraffic.bus.controllers import NoHolding
+from llmtraffic.bus.reward_design.jobs import NEEDS_LLM
 from llmtraffic.bus.sim import draw_passengers
 from llmtraffic.bus.training import DQNController
 
@@ -54,18 +55,52 @@ def test_case2_has_27_stops_per_line_and_8_shared_pairs():
     sc = scenarios.case2()
     assert [ln.n_stops for ln in sc.lines] == [27, 27]
     assert len(sc.shared_nodes) == 8 == len(scenarios.CASE2_SHARED)
-    assert len(studies.shared_stop_sd(_rows_of(sc, "case2", {}), "case2", {})) == 16  # 8 stops × 2 lines
+    assert len(tables.shared_stop_sd(_rows_of(sc, "case2", {}), "case2", {})) == 16  # 8 stops × 2 lines
 
 
 def _rows_of(sc, case, kwargs):
-    return pd.DataFrame(studies.evaluate_lines(case, kwargs, "no holding", NoHolding(), 0, horizon_s=3600.0))
+    return pd.DataFrame(jobs.evaluate_lines(case, kwargs, "no holding", NoHolding(), 0, horizon_s=3600.0))
 
 
 def test_case3_shared_stops_are_listed_by_name_with_their_lines():
-    found = studies.shared_stops(scenarios.case3())
+    found = tables.shared_stops(scenarios.case3())
     assert set(found.index) == {"灯市西口", "美术馆", "沙滩路口西", "西安门", "北京三十九中学", "辟才胡同东口", "厂桥路口南"}
     assert found.at["西安门", "count"] == 4
     assert found.at["厂桥路口南", "lines"] == "line 55 (stop 2), line 68 (stop 0)"
+
+
+def _case2_policy():
+    return jobs.train_job("RL-local", "case2", {}, "rl_local", TINY_DQN, 0, [200], 1800.0, 1800.0).policy
+
+
+def test_case2_agents_differ_only_by_their_reward():
+    """Per agent seed: the loop runs, then RL-local, RL-global and the loop's final reward are
+    trained with the same budget and validation seeds; ours is trained on the loop's code."""
+    agents = jobs.case2_agents(None, TINY_DQN, {"iterations": 1, "slack": 0.01}, [0, 1], [100], [200], [0],
+                               train_horizon_s=1800.0, test_horizon_s=1800.0)
+    ours = agents.ours
+    assert set(agents.agents) == {(m, a) for m in ("RL-local", "RL-global", ours) for a in (0, 1)}
+    for a in (0, 1):
+        assert agents.agents[(ours, a)].reward == agents.codes()[a] == agents.designs[a].outcome.final_code
+        assert agents.agents[("RL-local", a)].reward == "rl_local"
+        assert all(len(agents.agents[(m, a)].curve) == TINY_DQN["episodes"] for m in ("RL-local", ours))
+    assert agents.designs[0].outcome.steps[0].code != agents.designs[0].outcome.steps[-1].code  # the loop edited
+
+
+def test_evaluate_all_pairs_learned_rows_by_agent_seed():
+    policy = _case2_policy()
+
+    class Fake:
+        def controller(self):
+            return DQNController(policy)
+
+    rows = jobs.evaluate_all("case2", {}, {"no holding": NoHolding()}, {("RL", 3): Fake(), ("RL", 4): Fake()}, [0],
+                             horizon_s=1800.0)
+    overall = rows[rows["line"] == "overall"]
+    assert overall["method"].tolist() == ["no holding", "RL", "RL"]
+    assert overall["agent_seed"].isna().tolist() == [True, False, False]
+    assert overall["agent_seed"].iloc[1:].tolist() == [3, 4]
+    assert {"implied_wait_s", "regular_wait_s", "service_failure_share"} <= set(overall.columns)
 
 
 class _Counting:
@@ -82,7 +117,7 @@ class _Counting:
 def test_agents_trained_on_case2_run_on_case3_and_generated_systems():
     """The §5.4 transfer: same six-value state whatever the lines and stops, so a case-2 agent
     acts on case 3 (6 lines) and a generated system without any change."""
-    policy = studies.train_agent("case2", {}, "rl_local", TINY_DQN, seed=0, train_horizon_s=1800.0)
+    policy = _case2_policy()
     for sc in (scenarios.case3(), scenarios.generic(0)):
         assert len(sc.lines) > 2
         ctrl = _Counting(DQNController(policy))
@@ -110,22 +145,22 @@ def _frame():
 
 
 def test_line_table_and_reductions_are_exact():
-    table = studies.line_table(_frame(), ["a", "b", "c"], {"c": studies.NEEDS_LLM})
+    table = tables.line_table(_frame(), ["a", "b", "c"], {"c": NEEDS_LLM})
     assert list(table.index) == ["line 1 · a", "line 1 · b", "line 1 · c", "overall · a", "overall · b", "overall · c"]
     half = sps.t.ppf(0.975, 1) * np.std([90.0, 94.0], ddof=1) / np.sqrt(2)  # 95 % t-interval over 2 seeds
     assert table.at["overall · b", "Avg travel time (s)"] == f"92.00 ± {half:.2f}"
-    assert table.at["overall · c", "Avg holding time (s)"] == studies.NEEDS_LLM
-    red = studies.reductions(_frame(), "b", ["a"])
+    assert table.at["overall · c", "Avg holding time (s)"] == NEEDS_LLM
+    red = tables.reductions(_frame(), "b", ["a"])
     assert red.at["vs a", "reduction (s)"] == pytest.approx(13.0)
     assert red.at["vs a", "change (%)"] == pytest.approx(-1300 / 105)
     with pytest.raises(ValueError, match="no rows for method 'z'"):
-        studies.reductions(_frame(), "z", ["a"])
+        tables.reductions(_frame(), "z", ["a"])
 
 
 def test_generic_summary_is_exact():
     table = pd.DataFrame({"no holding": [100.0, 200.0, 300.0, 400.0], "feedback": [90.0, 210.0, 280.0, 400.0],
                           "ours": [95.0, 190.0, 285.0, 360.0]})
-    s = studies.generic_summary(table, "ours")["value"]
+    s = tables.generic_summary(table, "ours")["value"]
     assert s["systems"] == 4
     assert s["beats feedback (% of systems)"] == 50.0
     assert s["mean change vs no holding (%)"] == pytest.approx(100 * np.mean([-0.05, -0.05, -0.05, -0.1]))
@@ -134,28 +169,30 @@ def test_generic_summary_is_exact():
 
 @pytest.mark.parametrize("share", [0.0, 0.15, 0.25])
 def test_corridor_share_reads_back_the_rebalanced_share(share):
-    assert studies.corridor_share(scenarios.case2(shared_share=share)) == pytest.approx(share)
-    assert 0.0 < studies.corridor_share(scenarios.case2()) < 0.25
+    assert scenarios.corridor_share(scenarios.case2(shared_share=share)) == pytest.approx(share)
+    assert 0.0 < scenarios.corridor_share(scenarios.case2()) < 0.25
 
 
 def test_bad_settings_raise_clear_errors():
-    with pytest.raises(ValueError, match="designer 'gpt-4o' needs an llm config"):
-        studies.design_case2("gpt-4o", None, TINY_DQN, {}, [100], 0)
+    with pytest.raises(ValueError, match=r"unknown loop setting\(s\) \['iters'\]"):
+        jobs.case2_agents(None, TINY_DQN, {"iters": 1}, [0], [100], [200], [0])
+    with pytest.raises(ValueError, match=r"val_seeds overlap eval_seeds at \[0\]"):
+        jobs.case2_agents(None, TINY_DQN, {"iterations": 1}, [0], [100], [0], [0])
     with pytest.raises(ValueError, match="unknown case 'case9'"):
-        studies.make_scenario("case9")
+        jobs.make_scenario("case9")
     with pytest.raises(ValueError, match=r"unknown dqn setting\(s\) \['layers'\]"):
-        studies.dqn_config({"layers": [3]}, 0)
+        jobs.dqn_config({"layers": [3]}, 0)
 
 
 def test_ours_is_labelled_by_its_designer():
-    assert studies.ours_label("search") == studies.ours_label("rules") == "search designer (no LLM) + RL"
-    assert studies.ours_label("gpt-4o") == "gpt-4o + RL"
+    assert jobs.ours_label(None) == "search designer (no LLM) + RL"
+    assert jobs.ours_label({"backend": "openai", "model": "gpt-4o"}) == "gpt-4o + RL"
 
 
 def test_generic_job_compares_methods_on_the_same_episodes():
-    policy = studies.train_agent("case2", {}, "rl_local", TINY_DQN, seed=0, train_horizon_s=1800.0)
-    row = studies.generic_job(2, None, {"ours (case-2 agent transferred)": policy}, 0.0, TINY_DQN, 0, [0, 1],
-                              test_horizon_s=1800.0)
+    policy = _case2_policy()
+    row = jobs.generic_job(2, {"ours (case-2 agent transferred)": [policy, policy]}, None, 0.0, TINY_DQN, [0, 1], [200],
+                           [0, 1], test_horizon_s=1800.0)
     sc = scenarios.generic(2)
     assert (row["system"], row["lines"], row["stops"]) == (2, len(sc.lines), sum(ln.n_stops for ln in sc.lines))
     expected = np.mean([simulate(sc, NoHolding(), seed=s, horizon_s=1800.0).metrics["travel_time_s"] for s in (0, 1)])

@@ -128,9 +128,14 @@ def test_llm_run_reports_its_token_cost(monkeypatch):
         "one-shot": {"calls": 1, "prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}}
 
 
-def test_dqn_parameters():
-    dqn = jobs.dqn_params([8, 8], 3, 2, 10, True, 10)
+def test_loop_notebooks_share_the_bus_budget_and_caption_it():
+    from llmtraffic.bus.training import budget, describe
+
+    dqn = budget("quick")
     assert DQNConfig(**dqn).obs_scale == (1000.0,) * 4 + (10.0, 10.0) and dqn["target_network"]
+    assert describe(dqn) == "3×128 MLP, 30 episodes × 100 updates"
+    assert describe(budget("paper")) == "5×400 MLP, 70 episodes × 200 updates"  # §5.1
+    assert describe({"hidden": [64, 32], "episodes": 2}) == "64-32 MLP, 2 episodes × 200 updates"
 
 
 def _run_with(history: list[tuple[int, bool, float]]) -> jobs.DesignRun:

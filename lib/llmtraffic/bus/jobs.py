@@ -7,13 +7,19 @@ carry a digest of the source they depend on, so editing the simulator or the DQN
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import pandas as pd
 
 from .. import study
 from ..rl import dqn as rl_dqn
 from ..rl.dqn import DQNConfig, GreedyPolicy
 from . import env, metrics, rewards, scenarios, sim, training
+from .controllers import Feedback, NoHolding
+from .evaluation import MEASURES
 from .training import DQNController, check_disjoint, train_validated
 
 
@@ -100,3 +106,172 @@ def train_all(runs: dict[str, tuple[str, dict, str, dict]], agent_seeds: list[in
              for m, (c, kw, r, d) in runs.items() for a in agent_seeds]
     agents = study.run_grid(train_job, tasks, executor=executor, jobs=jobs, desc="DQN agents")
     return {(a.method, a.agent_seed): a for a in agents}
+
+
+# ---------------------------------------------------------------- case 2's agents, reused by case 3 and §5.5
+
+TRAIN_HORIZON_S = 2 * scenarios.HOUR_S
+"""Case 2 trains on 2-h episodes and tests on 4-h ones (§5.3.1)."""
+
+
+def ours_label(llm: dict | None) -> str:
+    """Row name of LLM-enhanced RL: the paper's "GPT-4 + RL" pattern with our designer (the
+    model of the ``llm`` config, or the search designer (no LLM))."""
+    from .reward_design.jobs import designer_label
+
+    return f"{designer_label(llm)} + RL"
+
+
+@dataclass
+class Case2Agents:
+    """Everything trained on case 2, per agent seed; case 3 (§5.4) and the generated systems
+    (§5.5) reuse it unchanged, which the generic §3.2 state makes possible."""
+
+    ours: str
+    """Row label of the designed reward's agent (:func:`ours_label`)."""
+    agents: dict[tuple[str, int], Agent]
+    """(method, agent seed) → validation-selected agent: RL-local, RL-global and ``ours``."""
+    designs: dict[int, Any]
+    """Agent seed → the §4 loop (:class:`~.reward_design.jobs.DesignRun`) that chose ours' reward."""
+
+    def codes(self) -> dict[int, str]:
+        """Agent seed → the reward code the loop chose."""
+        return {seed: run.outcome.final_code for seed, run in self.designs.items()}
+
+
+def case2_agents(llm: dict | None, dqn: dict, loop: dict, agent_seeds: list[int], design_seeds: list[int],
+                 val_seeds: list[int], eval_seeds: list[int], train_horizon_s: float = TRAIN_HORIZON_S,
+                 test_horizon_s: float | None = None, executor: str = "serial", jobs: int = 1) -> Case2Agents:
+    """Per agent seed: the §4 loop on case 2 (warm start from RL-local; candidates trained on 2-h
+    episodes and tested on ``design_seeds``), then RL-local, RL-global and the loop's final reward,
+    each trained with the same budget and validation-based checkpoint selection (so the three rows
+    differ only by their reward). The search designer runs unless ``llm`` configures an LLM. Cached."""
+    from .reward_design.jobs import LLM_DESIGNER, SEARCH, design_run
+
+    check_disjoint(val_seeds, eval_seeds=eval_seeds, design_seeds=design_seeds)
+    unknown = sorted(set(loop) - {"iterations", "slack", "k", "max_retries"})
+    if unknown:
+        raise ValueError(f"unknown loop setting(s) {unknown}; known: iterations, slack, k, max_retries")
+    designer = SEARCH if llm is None else LLM_DESIGNER
+    tasks = [dict(designer=designer, llm=llm, variant="paradigm", seed=a, dqn=dqn, design_seeds=list(design_seeds),
+                  eval_seeds=[], horizon_s=test_horizon_s, train_horizon_s=train_horizon_s, scenario="case2", **loop)
+             for a in agent_seeds]
+    designs = study.run_grid(design_run, tasks, executor=executor if llm is None else "serial", jobs=jobs,
+                             desc="case-2 reward design")
+    for run in designs:
+        if run.unavailable:
+            raise ValueError(f"case-2 reward design did not run: {run.unavailable}")
+    ours = ours_label(llm)
+    rewards = {a: [("RL-local", "rl_local"), ("RL-global", "rl_global"), (ours, run.outcome.final_code)]
+               for a, run in zip(agent_seeds, designs)}
+    tasks = [dict(method=m, case="case2", case_kwargs={}, reward=r, dqn=dqn, agent_seed=a, val_seeds=list(val_seeds),
+                  train_horizon_s=train_horizon_s, val_horizon_s=test_horizon_s)
+             for a in agent_seeds for m, r in rewards[a]]
+    agents = study.run_grid(train_job, tasks, executor=executor, jobs=jobs, desc="case-2 agents")
+    return Case2Agents(ours, {(ag.method, ag.agent_seed): ag for ag in agents}, dict(zip(agent_seeds, designs)))
+
+
+def fixed_controllers(feedback_slack_s: float) -> dict[str, Any]:
+    """The controllers without training: no holding and feedback control (with the case's slack)."""
+    return {"no holding": NoHolding(), "feedback": Feedback(slack_s=feedback_slack_s)}
+
+
+# ---------------------------------------------------------------- test episodes
+
+
+def evaluate_lines(case: str, case_kwargs: dict, method: str, controller, seed: int,
+                   horizon_s: float | None = None, **tags: Any) -> list[dict]:
+    """One test episode → one row per line and an ``overall`` row: the §5.1 measures, the
+    incomplete share (in %) and the service-failure share (in %), tagged with method, seed and
+    ``tags`` (e.g. ``agent_seed``). The overall row also holds the headway SD at shared stops
+    (``shared_headway_sd_s``, NaN without shared stops), the headway-implied and regular waits
+    (room for holding) and the per-stop headway SD (``by_stop``)."""
+    scenario = make_scenario(case, **case_kwargs)
+    m = sim.simulate(scenario, controller, seed=seed, horizon_s=horizon_s).metrics
+    base = {**tags, "method": method, "seed": seed}
+
+    def row(line: str, values: dict) -> dict:
+        return {**base, "line": line, **{k: values[k] for k in MEASURES},
+                "incomplete_share": 100.0 * values["incomplete_share"]}
+
+    rows = [row(scenario.line(name).label, values) for name, values in m["by_line"].items()]
+    overall = row("overall", m)
+    overall["service_failure_share"] = 100.0 * m["service_failure_share"]
+    overall["implied_wait_s"], overall["regular_wait_s"] = m["implied_wait_s"], m["regular_wait_s"]
+    overall["shared_headway_sd_s"] = m["shared_stops"]["headway_sd_s"] if m["shared_stops"] else math.nan
+    overall["by_stop"] = m["by_stop"]
+    return rows + [overall]
+
+
+def evaluate_all(case: str, case_kwargs: dict, fixed: dict[str, Any], agents: dict[tuple[str, int], Agent],
+                 seeds: list[int], executor: str = "serial", jobs: int = 1, horizon_s: float | None = None,
+                 **tags: Any) -> pd.DataFrame:
+    """:func:`evaluate_lines` for every fixed controller × seed and every (method, agent seed) ×
+    seed, through the executor, as one frame (``agent_seed`` NaN for fixed controllers)."""
+    tasks = [dict(method=name, controller=ctrl, seed=s) for name, ctrl in fixed.items() for s in seeds]
+    tasks += [dict(method=m, controller=ag.controller(), seed=s, agent_seed=a)
+              for (m, a), ag in agents.items() for s in seeds]
+    tasks = [dict(case=case, case_kwargs=case_kwargs, horizon_s=horizon_s, **tags, **t) for t in tasks]
+    found = study.run_grid(evaluate_lines, tasks, executor=executor, jobs=jobs, desc=f"{case} tests")
+    return pd.DataFrame([r for rows in found for r in rows])
+
+
+def llm_direct_rows(case: str, case_kwargs: dict, llm: dict | None, seeds: list[int],
+                    horizon_s: float | None = None, **tags: Any) -> pd.DataFrame:
+    """Test rows of the LLM-direct controller (App. A.5 prompt) with the configured LLM, run
+    serially (one client); an empty frame without ``llm`` (tables then show ``NEEDS_LLM``).
+    Unreadable answers release the bus and are counted in the ``direct_failures`` column."""
+    if llm is None:
+        return pd.DataFrame()
+    from ..llm import from_config
+    from .reward_design.direct import LLMDirect
+    from .reward_design.prompts import Setting
+
+    client = from_config(llm)
+    rows = []
+    for seed in seeds:
+        direct = LLMDirect(client, Setting.of(make_scenario(case, **case_kwargs)))
+        found = evaluate_lines(case, case_kwargs, "LLM-direct", direct, seed, horizon_s, **tags)
+        rows += [{**r, "direct_failures": direct.failures} for r in found]
+    return pd.DataFrame(rows)
+
+
+def sensitivity(fixed: dict[str, Any], agents: dict[tuple[str, int], Agent], shares: list[float],
+                demands: list[float], seeds: list[int], executor: str = "serial", jobs: int = 1,
+                horizon_s: float | None = None) -> pd.DataFrame:
+    """§5.3.3: case-2 test episodes with ``shared_share`` in ``shares`` (total demand kept) and
+    ``demand_scale`` in ``demands``, every method with its status-quo agents. One row per
+    (factor, level, method, agent seed, seed) with the overall measures."""
+    levels = [({"shared_share": x}, "shared share", x) for x in shares] + [({"demand_scale": x}, "demand", x) for x in demands]
+    frames = [evaluate_all("case2", kw, fixed, agents, seeds, executor, jobs, horizon_s, factor=f, level=x)
+              for kw, f, x in levels]
+    frame = pd.concat(frames, ignore_index=True)
+    return frame[frame["line"] == "overall"].drop(columns=["by_stop", "line"])
+
+
+# ---------------------------------------------------------------- generated systems (§5.5)
+
+
+def generic_job(index: int, transferred: dict[str, list[GreedyPolicy]], codes: list[str] | None,
+                feedback_slack_s: float, dqn: dict, agent_seeds: list[int], val_seeds: list[int],
+                seeds: list[int], train_horizon_s: float = TRAIN_HORIZON_S,
+                test_horizon_s: float | None = None) -> dict:
+    """§5.5 for one system: its size and the mean overall travel time of no holding, feedback, the
+    case-2 agents of ``transferred`` (column → one policy per agent seed) applied unchanged and —
+    with ``codes`` (one reward per agent seed) — agents trained on this system with those rewards
+    (column ``ours (trained per system)``, cached). A learned column's mean is over agent seeds ×
+    ``seeds``, a fixed one's over ``seeds``."""
+    scenario = scenarios.generic(index)
+    columns: dict[str, list] = {name: [ctrl] for name, ctrl in fixed_controllers(feedback_slack_s).items()}
+    columns |= {name: [DQNController(p) for p in policies] for name, policies in transferred.items()}
+    if codes is not None:
+        trained = [train_job("ours (trained per system)", "generic", {"index": index}, code, dqn, a, val_seeds,
+                             train_horizon_s, test_horizon_s) for a, code in zip(agent_seeds, codes)]
+        columns["ours (trained per system)"] = [ag.controller() for ag in trained]
+    row: dict[str, Any] = {"system": index, "lines": len(scenario.lines),
+                           "stops": sum(ln.n_stops for ln in scenario.lines),
+                           "shared stops": len(scenario.shared_nodes)}
+    for name, ctrls in columns.items():
+        row[name] = float(np.mean([sim.simulate(scenario, c, seed=s, horizon_s=test_horizon_s).metrics["travel_time_s"]
+                                   for c in ctrls for s in seeds]))
+    return row

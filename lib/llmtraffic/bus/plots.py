@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
+from ..study import stats
 from .sim import EpisodeResult
 
 
@@ -95,8 +96,6 @@ def validation_curves(curves: dict[str, list[list[dict]]], measure: str = "val_t
     agent seeds with a band of the 95 % t-interval over them (``curves``: method → one
     :attr:`~llmtraffic.bus.training.TrainedAgent.curve` per agent seed). Markers keep a series
     hidden under another visible."""
-    from ..study import stats
-
     ax = _axes(ax, (7, 4))
     for (method, runs), colour, marker in zip(curves.items(), _colours(len(curves)), "osD^v<>ph*"):
         frame = pd.concat([pd.DataFrame(run)[["episode", measure]] for run in runs])
@@ -111,4 +110,54 @@ def validation_curves(curves: dict[str, list[list[dict]]], measure: str = "val_t
     ax.set_ylabel(measure.removeprefix("val_").replace("_s", " (s)").replace("_", " "))
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_sensitivity(frame: pd.DataFrame, status_quo_share: float):
+    """Two panels of average travel time per method: against the shared share and against demand."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=False)
+    for ax, factor, xlabel in zip(axes, ("shared share", "demand"),
+                                  ("passengers travelling within the shared corridor (%)", "demand (% of status quo)")):
+        part = frame[frame["factor"] == factor]
+        for method in dict.fromkeys(part["method"]):
+            ci = [stats.mean_ci(g["travel_time_s"]) for _, g in part[part["method"] == method].groupby("level")]
+            levels = sorted(part.loc[part["method"] == method, "level"].unique())
+            ax.errorbar(100 * np.asarray(levels), [c.mean for c in ci], yerr=[c.half_width for c in ci],
+                        fmt="o-", capsize=3, label=method)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("average travel time (s)")
+        ax.grid(alpha=0.3)
+    axes[0].axvline(100 * status_quo_share, color="0.5", ls=":", label="status quo")
+    axes[1].axvline(100, color="0.5", ls=":")
+    axes[0].legend(fontsize="small")
+    return fig
+
+
+def corridor_trajectories(result, ax=None, margin: int = 2):
+    """Time–space diagram of every line on the shared corridor, in one frame of reference:
+    distance from the first shared stop, from ``margin`` stops before it to ``margin`` after
+    the last shared stop of each line (case 2: both lines' buses interleave on the corridor)."""
+    ax = ax if ax is not None else plt.subplots(figsize=(10, 5))[1]
+    scenario, traj = result.scenario, result.trajectories
+    shared = set(scenario.shared_nodes)
+    handles = []
+    for colour, ln in zip(plt.get_cmap("tab10").colors, scenario.lines):
+        idx = [i for i, v in enumerate(ln.nodes) if v in shared]
+        if not idx:
+            continue
+        lo, hi = max(idx[0] - margin, 0), min(idx[-1] + margin, ln.n_stops - 1)
+        origin = ln.positions_m[idx[0]]
+        mine = traj[(traj["line"] == ln.name) & traj["stop"].between(lo, hi)]
+        for _, bus in mine.groupby("bus", sort=False):
+            t = np.column_stack([bus["arrival_s"], bus["departure_s"]]).ravel()
+            x = np.repeat(bus["position_m"].to_numpy() - origin, 2)
+            ax.plot(t / 60, x / 1000, color=colour, lw=0.7)
+        handles.append(Line2D([], [], color=colour, label=ln.label))
+    for node in shared:
+        ln = next(ln for ln in scenario.lines if node in ln.nodes)
+        first = next(i for i, v in enumerate(ln.nodes) if v in shared)
+        ax.axhline((ln.positions_m[ln.nodes.index(node)] - ln.positions_m[first]) / 1000, color="0.85", lw=0.5, zorder=0)
+    ax.set_xlabel("time (min)")
+    ax.set_ylabel("distance from the first shared stop (km)")
+    ax.legend(handles=handles, loc="upper left", fontsize="small")
     return ax

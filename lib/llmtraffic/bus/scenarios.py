@@ -509,3 +509,15 @@ def generic(index: int, **overrides) -> Scenario:
     )
     return _override(scenario, overrides)
 
+
+def corridor_share(scenario: Scenario) -> float:
+    """Share of the expected passengers whose whole trip lies in the shared corridor (between
+    two shared stops), over all lines: the quantity §5.3.3 varies."""
+    inside = total = 0.0
+    shared = set(scenario.shared_nodes)
+    for ln in scenario.lines:
+        rates = np.asarray(ln.rates_ph).sum(axis=1)
+        on = np.array([v in shared for v in ln.nodes])
+        inside += float((rates[:, None] * np.asarray(ln.od) * np.outer(on, on)).sum())
+        total += float(rates.sum())
+    return inside / total

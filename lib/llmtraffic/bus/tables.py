@@ -16,6 +16,9 @@ import numpy as np
 import pandas as pd
 
 from ..study import stats
+from .evaluation import MEASURES
+from .jobs import make_scenario
+from .scenarios import Scenario
 
 NEVER_HOLDS = "never holds (equals no holding)"
 
@@ -107,3 +110,87 @@ def best_of(rows: pd.DataFrame, methods: list[str], measure: str = "travel_time_
     """The method with the lowest mean ``measure`` (the paper's "best vanilla RL")."""
     means = {m: float(_units(rows, m)[measure].mean()) for m in methods}
     return min(means, key=lambda m: (math.inf if math.isnan(means[m]) else means[m]))
+
+
+COLUMNS = {**MEASURES, "incomplete_share": "Incomplete trips (%)"}
+"""Columns of Tables 5–6: the four §5.1 measures and the share of trips not completed (§5.3.2)."""
+
+
+def line_table(rows: pd.DataFrame, methods: list[str], missing: dict[str, str] | None = None) -> pd.DataFrame:
+    """Tables 5–6 layout: one row ``"<line> · <method>"`` per line (then overall) and method,
+    each measure as ``mean ± 95 % CI half-width`` over the row's units (eval seeds of a fixed
+    controller, agent seeds × eval seeds of a learned one), with ``n`` and the holding note;
+    ``missing`` maps a method without rows to the reason shown in its cells."""
+    groups = dict(list(rows.groupby(["line", "method"])))
+    lines = [x for x in dict.fromkeys(rows["line"]) if x != "overall"] + ["overall"]
+    out = {}
+    for line in lines:
+        for method in methods:
+            if (line, method) in groups:
+                g = groups[(line, method)]
+                out[f"{line} · {method}"] = {**{label: stats.mean_ci(g[k]).format(2) for k, label in COLUMNS.items()},
+                                             "n": str(len(g)), "holding": holding_note(g)}
+            elif missing and method in missing:
+                out[f"{line} · {method}"] = {**{label: missing[method] for label in COLUMNS.values()}, "n": "", "holding": ""}
+    table = pd.DataFrame.from_dict(out, orient="index")
+    table.index.name = "line · method"
+    return table
+
+
+def mean_of(rows: pd.DataFrame, measure: str, line: str = "overall") -> pd.Series:
+    """Mean of ``measure`` per method over its units, for one line (default: overall)."""
+    return rows[rows["line"] == line].groupby("method", sort=False)[measure].mean()
+
+
+def reductions(rows: pd.DataFrame, ours: str, baselines: list[str], measure: str = "travel_time_s",
+               line: str = "overall") -> pd.DataFrame:
+    """How much ``ours`` lowers ``measure`` against each baseline: in seconds (baseline − ours,
+    positive = ours better, as §5.4.2 reports) and in percent of the baseline (negative = ours
+    lower, as §5.3.2's −3.14 %), means over the units; the paired tests are :func:`comparisons`."""
+    means = mean_of(rows, measure, line)
+    for name in [ours, *baselines]:
+        if name not in means.index:
+            raise ValueError(f"reductions: no rows for method {name!r}; have {sorted(means.index)}")
+    return pd.DataFrame(
+        {"reduction (s)": [means[b] - means[ours] for b in baselines],
+         "change (%)": [100.0 * (means[ours] - means[b]) / means[b] for b in baselines]},
+        index=pd.Index([f"vs {b}" for b in baselines], name="comparison"))
+
+
+def shared_stop_sd(rows: pd.DataFrame, case: str, case_kwargs: dict) -> pd.DataFrame:
+    """Mean over seeds of the headway SD at each shared stop, per line serving it (rows
+    ``"<line label> @ <stop>"``) and method (columns)."""
+    scenario = make_scenario(case, **case_kwargs)
+    shared = set(scenario.shared_nodes)
+    overall = rows[rows["line"] == "overall"]
+    out = {}
+    for method, group in overall.groupby("method", sort=False):
+        values = {}
+        for ln in scenario.lines:
+            for i, node in enumerate(ln.nodes):
+                if node in shared:
+                    values[f"{ln.label} @ stop {i}"] = float(np.nanmean([b[ln.name][i] for b in group["by_stop"]]))
+        out[method] = values
+    return pd.DataFrame(out).rename_axis("line @ stop")
+
+
+def shared_stops(scenario: Scenario) -> pd.DataFrame:
+    """The shared stops of a scenario: name and the lines (with stop index) serving each."""
+    rows = []
+    for node in scenario.shared_nodes:
+        served = [f"{ln.label} (stop {ln.nodes.index(node)})" for ln in scenario.lines if node in ln.nodes]
+        name = scenario.stop_names[node].split(" = ")[0].split(" ", 1)
+        rows.append({"stop": name[1] if len(name) > 1 else name[0], "lines": ", ".join(served), "count": len(served)})
+    return pd.DataFrame(rows).set_index("stop")
+
+
+def generic_summary(table: pd.DataFrame, ours: str) -> pd.DataFrame:
+    """Table 7's summary for the method in column ``ours``: share of systems where it beats
+    feedback, mean change vs no holding (% of its travel time, averaged over systems) and mean
+    reduction vs feedback (s)."""
+    return pd.DataFrame({"value": {
+        "systems": float(len(table)),
+        "beats feedback (% of systems)": 100.0 * float((table[ours] < table["feedback"]).mean()),
+        "mean change vs no holding (%)": 100.0 * float(((table[ours] - table["no holding"]) / table["no holding"]).mean()),
+        "mean reduction vs feedback (s)": float((table["feedback"] - table[ours]).mean()),
+    }}).rename_axis("measure")

@@ -59,6 +59,14 @@ def budget(profile: str, **overrides) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in {**BUDGETS[profile], **overrides}.items()}
 
 
+def describe(dqn: dict) -> str:
+    """A DQN setting in words for captions, e.g. "3×128 MLP, 30 episodes × 100 updates"."""
+    cfg = DQNConfig(**dqn)
+    widths = sorted(set(cfg.hidden))
+    net = f"{len(cfg.hidden)}×{widths[0]}" if len(widths) == 1 else "-".join(map(str, cfg.hidden))
+    return f"{net} MLP, {cfg.episodes} episodes × {cfg.updates_per_episode} updates"
+
+
 class DQNController:
     """A trained agent as a bus :class:`~llmtraffic.bus.controllers.Controller`: greedy, mode "step"
     (asked every 5 s while a bus is held; 1 = hold 5 s more, 0 = release)."""

@@ -294,20 +294,70 @@ def _plain(value):
 class GreedyPolicy:
     """argmax_a Q(s, a) of a frozen network: what a trained agent does at test time. Only finite
     weights make one (`NonFiniteWeightsError`), so a diverged agent is never tested, selected
-    or cached."""
+    or cached.
+
+    It is asked once per decision, hundreds of thousands of times per trained agent (validation),
+    one observation at a time, where torch's per-call overhead is several times the arithmetic.
+    So a CPU float32 network made only of ``nn.Linear`` and ``nn.ReLU`` layers in an
+    ``nn.Sequential`` (what :func:`q_network` builds) is evaluated in numpy, from weights copied
+    once here; any other network goes through torch. Pickles hold only the network and the
+    scale (as before this fast path), and the numpy weights are rebuilt on unpickling."""
 
     def __init__(self, net: nn.Module, scale: torch.Tensor):
         bad = nonfinite(net)
         if bad:
             raise NonFiniteWeightsError(f"Q-network weights {bad} are not finite: a diverged agent cannot act")
         self.net, self.scale = net.eval(), scale
+        plain_scale = isinstance(scale, torch.Tensor) and scale.dtype == torch.float32 and scale.device.type == "cpu"
+        self._layers = _numpy_layers(net) if plain_scale else None
+        self._scale = scale.detach().numpy().copy() if self._layers is not None else None
 
     def q_values(self, obs) -> np.ndarray:
-        with torch.no_grad():
-            return self.net(torch.as_tensor(np.asarray(obs, np.float32)) / self.scale).numpy()
+        """Q(s, ·) for one observation (shape (obs_dim,)) or a batch (shape (n, obs_dim)), float32."""
+        x = np.asarray(obs, np.float32)
+        if self._layers is None:
+            with torch.no_grad():
+                return self.net(torch.as_tensor(x) / self.scale).numpy()
+        x = x / self._scale  # float32 / float32: the same rounding as the torch division
+        for weight_t, bias in self._layers:  # x is always a fresh array here: in place is safe
+            if weight_t is None:
+                np.maximum(x, 0, out=x)
+            else:
+                x = x @ weight_t
+                if bias is not None:
+                    x += bias
+        return x
 
     def __call__(self, obs) -> int:
         return int(np.argmax(self.q_values(obs)))
+
+    def __getstate__(self) -> dict:
+        return {"net": self.net, "scale": self.scale}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["net"], state["scale"])
+
+
+def _numpy_layers(net: nn.Module) -> list[tuple[np.ndarray | None, np.ndarray | None]] | None:
+    """``(W.T, b)`` per ``nn.Linear`` and ``(None, None)`` per ``nn.ReLU`` of a CPU float32
+    ``nn.Sequential`` of exactly those layer types (copies, in order); None for any other network
+    (it then runs through torch)."""
+    if type(net) is not nn.Sequential or len(net) == 0:
+        return None
+    layers: list[tuple[np.ndarray | None, np.ndarray | None]] = []
+    for layer in net:
+        if type(layer) is nn.ReLU:
+            layers.append((None, None))
+        elif type(layer) is nn.Linear:
+            params = [p for p in (layer.weight, layer.bias) if p is not None]
+            if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in params):
+                return None
+            weight_t = layer.weight.detach().numpy().T.copy()  # copies (C order): frozen here
+            bias = layer.bias.detach().numpy().copy() if layer.bias is not None else None
+            layers.append((weight_t, bias))
+        else:
+            return None
+    return layers
 
 
 CHECKPOINT = "checkpoint.pt"

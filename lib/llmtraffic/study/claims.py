@@ -53,6 +53,14 @@ class Claim:
     notebook: str = ""
     extra: dict = field(default_factory=dict)
 
+    def reading(self) -> str:
+        """One Markdown line for a notebook's rendered reading: the statement, the paper's value,
+        ours with its CI, the verdict and the note (so the narrative cannot go stale)."""
+        paper = "" if self.paper_value is None else f" (paper: {self.paper_value:g})"
+        tail = f" {self.note}" if self.note else ""
+        return (f"- {self.statement}{paper}: ours {self.quantity} = {_ours({'ours': self.ours, 'needs': self.needs})}"
+                f" → **{self.verdict}**.{tail}")
+
 
 def judge(ours: Estimate | None, direction: int) -> str:
     """The verdict of an estimate against the paper's direction (see the module docstring)."""

@@ -2,6 +2,8 @@
 
 Each notebook runs in its own ``papermill`` process (so ``--jobs N`` can run several at once and
 one notebook's state never leaks into the next) and is written to ``runs/<profile>/<stem>.ipynb``.
+After a notebook succeeds, the outputs in ``figures/<stem>/`` that this run did not write are
+removed (:func:`prune_stale`), so the gallery never shows a figure the code no longer makes.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from . import findings, gallery, provenance
-from .atomic import atomic_write_text
+from .atomic import atomic_write_text, folder_lock
 from .params import ParamError, check_profile, differences, load_profile, notebook_parameters, validate
 from .paths import ROOT, figures_dir, runs_dir
 from .preflight import ResourceError, check_settings, resource_problems
@@ -53,6 +55,8 @@ class Outcome:
     output: Path
     error: str = ""
     log: list[str] = field(default_factory=list)
+    started: float = 0.0
+    """``time.time()`` when :func:`execute` began; outputs older than this are from an earlier run."""
 
 
 def discover(notebooks_dir: Path, only: list[str] | None = None) -> list[Path]:
@@ -120,6 +124,7 @@ def execute(
 ) -> Outcome:
     """Run one notebook with papermill in a subprocess, streaming its log lines to ``echo``;
     ``timeout_s`` kills it (and says so)."""
+    start = time.time()
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / f"{p.stem}.ipynb"
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
@@ -138,7 +143,6 @@ def execute(
         sys.executable, "-m", "papermill", str(p.notebook), str(output), "-f", params_file,
         "--log-output", "--no-progress-bar", "--cwd", str(p.notebook.parent), "-k", "python3",
     ]
-    start = time.time()
     log = [settings_line(p, profile)]
     if echo:
         echo(f"[{p.stem}] {log[0]}")
@@ -165,13 +169,75 @@ def execute(
         os.unlink(params_file)
     seconds = time.time() - start
     if proc.returncode == 0:
-        return Outcome(p.stem, True, seconds, output, log=log)
+        return Outcome(p.stem, True, seconds, output, log=log, started=start)
     if timed_out.is_set():
         error = (f"{p.stem}: killed by the timeout after {timeout_s:g} s (--timeout {timeout_s:g}); "
                  "raise --timeout or run a smaller profile")
-        return Outcome(p.stem, False, seconds, output, error, log)
+        return Outcome(p.stem, False, seconds, output, error, log, start)
     tail = next((line for line in reversed(log) if line.strip()), f"papermill exited with status {proc.returncode}")
-    return Outcome(p.stem, False, seconds, output, failure_message(p.stem, output, tail), log)
+    return Outcome(p.stem, False, seconds, output, failure_message(p.stem, output, tail), log, start)
+
+
+NEVER_PRUNED = frozenset({"run.json", "README.md", "SCORECARD.md"})
+"""The figures folder's own files (run summary, gallery, scorecard): :func:`prune_stale` never removes them."""
+
+
+def _sidecar(path: Path) -> dict | None:
+    """The sidecar in ``path`` (a JSON object with a numeric ``created``: an output's or ``claims.json``), else None."""
+    if path.suffix != ".json":
+        return None
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    created = meta.get("created") if isinstance(meta, dict) else None
+    return meta if isinstance(created, (int, float)) and not isinstance(created, bool) else None
+
+
+def _unit_files(name: str, meta: dict) -> set[str]:
+    """The files of the unit whose sidecar is ``name``: the sidecar and the plain file names it lists."""
+    listed = meta.get("files") or []
+    return {name} | {f for f in listed if isinstance(f, str) and f == Path(f).name}
+
+
+def prune_stale(folder: Path, since: float) -> list[str]:
+    """Remove from ``folder`` (one notebook's ``figures/<stem>/``) what a run started at ``since``
+    did not write, and return one line per removal.
+
+    Why: a notebook that stops saving an output (renamed, dropped, turned from a table into a
+    figure) would otherwise leave the old files behind, and the gallery and scorecard would keep
+    showing them beside the new ones as if the current code had made them. Call it only after the
+    notebook succeeded, so that a failed run loses nothing.
+
+    Removed: every unit whose sidecar's ``created`` is earlier than ``since`` (the sidecar and each
+    file it lists; ``claims.json`` is a unit of its own), and every file that no sidecar lists and
+    whose mtime is earlier than ``since`` (an orphan). Kept: subfolders and what they hold, every
+    file a sidecar of this run lists, and :data:`NEVER_PRUNED`.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed: list[str] = []
+    with folder_lock(folder):  # write_unit holds it too: never prune part of a unit being written
+        files = {p.name: p for p in folder.iterdir() if p.is_file() and not p.is_symlink()}
+        sidecars = {name: meta for name, path in files.items() if (meta := _sidecar(path)) is not None}
+        data = {f for name, meta in sidecars.items() for f in _unit_files(name, meta) - {name}}
+        sidecars = {name: meta for name, meta in sidecars.items() if name not in data}  # another unit's data file
+        units = {name: _unit_files(name, meta) for name, meta in sidecars.items()}
+        fresh = set().union(*(units[name] for name, meta in sidecars.items() if meta["created"] >= since))
+        for name, meta in sorted(sidecars.items()):
+            if meta["created"] >= since or name in NEVER_PRUNED:
+                continue
+            for f in sorted(units[name] & set(files) - fresh - NEVER_PRUNED):
+                files[f].unlink(missing_ok=True)
+            commit = ((meta.get("git") or {}).get("commit") or "unknown")[:7]
+            removed.append(f"stale output {meta.get('name') or Path(name).stem} (from commit {commit})")
+        listed = set().union(*units.values())
+        for name, path in sorted(files.items()):
+            if name not in listed and name not in NEVER_PRUNED and path.stat().st_mtime < since:
+                path.unlink(missing_ok=True)
+                removed.append(f"orphan file {name} (listed by no sidecar)")
+    return removed
 
 
 def run(
@@ -215,6 +281,14 @@ def run(
         outcome = execute(p, profile, out_dir, echo, timeout_s, fresh, params_dir)
         bar.update()
         bar.write(f"{'ok  ' if outcome.ok else 'FAIL'} {p.stem} ({outcome.seconds:.0f} s)" + ("" if outcome.ok else f": {outcome.error}"))
+        if outcome.ok:  # a failed notebook keeps its old outputs: a failure loses nothing
+            try:
+                pruned = [f"[{p.stem}] removed {line}" for line in prune_stale(figures_dir() / p.stem, outcome.started)]
+            except OSError as err:
+                pruned = [f"[{p.stem}] could not remove stale outputs: {err}"]
+            for line in pruned:
+                outcome.log.append(line)
+                bar.write(line)
         if not outcome.ok and fail_fast:
             stop.set()
         return outcome
@@ -223,7 +297,7 @@ def run(
         outcomes = [o for o in pool.map(one, plans) if o is not None]
     bar.close()
     record_run(profile, outcomes, time.time() - started, only)
-    gallery.write()
+    gallery.write()  # after every prune_stale: the gallery and scorecard list only what is left
     if figures_dir().resolve() == (ROOT / "figures").resolve():
         findings.update_readme()
     return outcomes

@@ -44,22 +44,10 @@ from .search import LABEL, SearchDesigner
 NEEDS_LLM = "not run: needs an LLM backend (set the llm parameter)"
 """Why an LLM row is empty when no ``llm`` config is given."""
 
-OBS_SCALE = [1000.0] * 4 + [10.0, 10.0]
-"""Observation scaling of the Q-network: headways in metres ÷ 1000, passengers and seconds held
-÷ 10 (the same as the expert-reward agents of ``bus_case1``)."""
-
 SCENARIOS = {"case1": scenarios.case1, "case2": scenarios.case2}
 
 SEARCH, LLM_DESIGNER = "search", "llm"
 """The two designer kinds a job runs: the search designer, or the LLM of the ``llm`` config."""
-
-
-def dqn_params(hidden: list[int], episodes: int, eps_decay_episodes: int, updates_per_episode: int,
-               target_network: bool, target_update_every: int) -> dict:
-    """The ``dqn`` argument of the jobs from a notebook's DQN parameters."""
-    return dict(hidden=list(hidden), episodes=episodes, eps_decay_episodes=eps_decay_episodes,
-                updates_per_episode=updates_per_episode, target_network=target_network,
-                target_update_every=target_update_every, obs_scale=OBS_SCALE)
 
 
 def designer_label(llm: dict | None) -> str:
