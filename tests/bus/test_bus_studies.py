@@ -198,3 +198,24 @@ def test_generic_job_compares_methods_on_the_same_episodes():
     expected = np.mean([simulate(sc, NoHolding(), seed=s, horizon_s=1800.0).metrics["travel_time_s"] for s in (0, 1)])
     assert row["no holding"] == pytest.approx(expected)
     assert set(row) >= {"feedback", "ours (case-2 agent transferred)"} and "ours (trained per system)" not in row
+
+
+def test_authors_definitions_per_line_add_up_to_the_overall_ones():
+    """Case 1 has one line: its per-line values under the authors' definitions equal the overall
+    ones; on case 2 each line's censored travel time is its own passengers' (the overall mean is
+    the passenger-weighted mean of the two lines)."""
+    from llmtraffic.bus.controllers import Feedback
+
+    one = simulate(scenarios.case1(), Feedback(), seed=3, horizon_s=3600.0).metrics
+    (line,) = one["by_line"].values()
+    for key in ("travel_time_censored_s", "wait_time_censored_s", "headway_sd_authors_s", "hold_time_per_decision_s"):
+        assert line[key] == pytest.approx(one[key]), key
+    assert one["hold_time_per_decision_s"] > 0
+    result = simulate(scenarios.case2(), Feedback(), seed=3, horizon_s=3600.0)
+    two, pax = result.metrics, result.passengers
+    owner = np.where(pax["rode"] != "", pax["rode"], pax["line"])
+    counts = [int((owner == ln.name).sum()) for ln in scenarios.case2().lines]
+    weighted = sum(c * two["by_line"][ln.name]["travel_time_censored_s"] for c, ln in zip(counts, scenarios.case2().lines))
+    assert weighted / sum(counts) == pytest.approx(two["travel_time_censored_s"])
+    rows = pd.DataFrame(jobs.evaluate_lines("case2", {}, "feedback", Feedback(), 3, horizon_s=3600.0))
+    assert rows.set_index("line").at["line 1", "travel_time_censored_s"] == two["by_line"]["3436"]["travel_time_censored_s"]

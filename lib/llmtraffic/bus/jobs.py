@@ -181,8 +181,9 @@ def fixed_controllers(feedback_slack_s: float) -> dict[str, Any]:
 
 def evaluate_lines(case: str, case_kwargs: dict, method: str, controller, seed: int,
                    horizon_s: float | None = None, **tags: Any) -> list[dict]:
-    """One test episode → one row per line and an ``overall`` row: the §5.1 measures, the
-    incomplete share (in %) and the service-failure share (in %), tagged with method, seed and
+    """One test episode → one row per line and an ``overall`` row: the §5.1 measures under our
+    and the authors' definitions (:data:`~llmtraffic.bus.metrics.DEFINITIONS`), the incomplete
+    share (in %) and, overall, the service-failure share (in %), tagged with method, seed and
     ``tags`` (e.g. ``agent_seed``). The overall row also holds the headway SD at shared stops
     (``shared_headway_sd_s``, NaN without shared stops), the headway-implied and regular waits
     (room for holding) and the per-stop headway SD (``by_stop``)."""
@@ -191,7 +192,8 @@ def evaluate_lines(case: str, case_kwargs: dict, method: str, controller, seed: 
     base = {**tags, "method": method, "seed": seed}
 
     def row(line: str, values: dict) -> dict:
-        return {**base, "line": line, **{k: values[k] for k in MEASURES},
+        authors = {d["authors"]: values[d["authors"]] for d in metrics.DEFINITIONS.values()}
+        return {**base, "line": line, **{k: values[k] for k in MEASURES}, **authors,
                 "incomplete_share": 100.0 * values["incomplete_share"]}
 
     rows = [row(scenario.line(name).label, values) for name, values in m["by_line"].items()]

@@ -208,8 +208,8 @@ def episode_metrics(scenario: Scenario, trajectories: pd.DataFrame, passengers: 
     - :func:`service_failure` (``finishable``, ``service_failure_share``, ``passed_up``,
       ``full_visits``) and :func:`headway_implied_wait` (``implied_wait_s``, ``regular_wait_s``);
       ``idle_s``: mean time a visit stood at an empty stop (authors' case-1 dwell only);
-    - ``by_line``: the same per line (a passenger belongs to the line it rode, else to the
-      line whose demand generated it); ``shared_stops``: headway SD at shared stops and the
+    - ``by_line``: the same per line, ours and the authors' definitions (a passenger belongs to
+      the line it rode, else to the line whose demand generated it); ``shared_stops``: headway SD at shared stops and the
       passenger metrics of trips starting there (None without shared stops); ``by_stop``:
       per line, the headway SD at each stop (NaN with fewer than two headways).
     """
@@ -223,10 +223,14 @@ def episode_metrics(scenario: Scenario, trajectories: pd.DataFrame, passengers: 
     by_line, by_stop = {}, {}
     for ln in scenario.lines:
         mine, who = h_line == ln.name, owner == ln.name
+        on_line = trajectories[t_line == ln.name]
         by_line[ln.name] = {
             "headway_sd_s": pooled_sd(hw[mine], h_stop[mine]),
             "hold_time_s": _hold(hold[t_line == ln.name]),
             **_passenger_metrics(arrival[who], board[who], alight[who]),
+            **censored_times(passengers[who], horizon_s),
+            "headway_sd_authors_s": authors_headway_sd(on_line, {ln.name} if ln.is_loop else set()),
+            "hold_time_per_decision_s": hold_per_decision_visit(on_line, scenario),
         }
         by_stop[ln.name] = [pooled_sd(hw[mine & (h_stop == i)], h_stop[mine & (h_stop == i)]) for i in range(ln.n_stops)]
     shared = None

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..study import stats
 from .evaluation import MEASURES
+from .metrics import DEFINITIONS
 from .jobs import make_scenario
 from .scenarios import Scenario
 
@@ -114,12 +115,16 @@ def best_of(rows: pd.DataFrame, methods: list[str], measure: str = "travel_time_
 
 COLUMNS = {**MEASURES, "incomplete_share": "Incomplete trips (%)"}
 """Columns of Tables 5–6: the four §5.1 measures and the share of trips not completed (§5.3.2)."""
+AUTHORS_COLUMNS = {DEFINITIONS[k]["authors"]: f"{v} [authors' definition]" for k, v in MEASURES.items()}
+"""The same four measures under the bus authors' definitions (:data:`~llmtraffic.bus.metrics.DEFINITIONS`)."""
 
 
-def line_table(rows: pd.DataFrame, methods: list[str], missing: dict[str, str] | None = None) -> pd.DataFrame:
+def line_table(rows: pd.DataFrame, methods: list[str], missing: dict[str, str] | None = None,
+               columns: dict[str, str] = COLUMNS) -> pd.DataFrame:
     """Tables 5–6 layout: one row ``"<line> · <method>"`` per line (then overall) and method,
     each measure as ``mean ± 95 % CI half-width`` over the row's units (eval seeds of a fixed
     controller, agent seeds × eval seeds of a learned one), with ``n`` and the holding note;
+    ``columns`` maps row keys to labels (:data:`AUTHORS_COLUMNS` for the authors' definitions);
     ``missing`` maps a method without rows to the reason shown in its cells."""
     groups = dict(list(rows.groupby(["line", "method"])))
     lines = [x for x in dict.fromkeys(rows["line"]) if x != "overall"] + ["overall"]
@@ -128,10 +133,10 @@ def line_table(rows: pd.DataFrame, methods: list[str], missing: dict[str, str] |
         for method in methods:
             if (line, method) in groups:
                 g = groups[(line, method)]
-                out[f"{line} · {method}"] = {**{label: stats.mean_ci(g[k]).format(2) for k, label in COLUMNS.items()},
+                out[f"{line} · {method}"] = {**{label: stats.mean_ci(g[k]).format(2) for k, label in columns.items()},
                                              "n": str(len(g)), "holding": holding_note(g)}
             elif missing and method in missing:
-                out[f"{line} · {method}"] = {**{label: missing[method] for label in COLUMNS.values()}, "n": "", "holding": ""}
+                out[f"{line} · {method}"] = {**{label: missing[method] for label in columns.values()}, "n": "", "holding": ""}
     table = pd.DataFrame.from_dict(out, orient="index")
     table.index.name = "line · method"
     return table

@@ -1,0 +1,103 @@
+"""Cached jobs and units of Table 1's non-LLM rows (``tsc_baselines``).
+
+:func:`train_baseline` trains one IDQN, PressLight or IPPO agent per (scenario, agent seed), cached
+by its settings and the source it depends on; :func:`train_all` runs them through the executor.
+
+**Units.** A learned row's independent units are its agent seeds, not its evaluation runs: on
+CityFlow a greedy controller gives the same run on every eval seed (the flows are fixed and the
+seed only draws vehicle priorities at conflicts), so counting eval seeds as units would report a
+zero-width interval for one trained agent. :func:`per_agent` therefore averages each agent seed's
+eval runs into one unit; a fixed controller's units stay its eval seeds. :func:`paired_runs`
+pairs two rows on those units (a fixed reference is averaged over the same eval seeds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import study
+from ..rl.ippo import IPPOConfig, train_ippo
+from .baselines import IDQN, DeepRLConfig, PressLight, train
+from .scenarios import load
+
+KINDS = {"IDQN": IDQN, "PressLight": PressLight}
+LEARNED = (*KINDS, "IPPO")
+
+
+def train_baseline(method: str, scenario: str, agent_seed: int, episode_s: int, hidden: list[int],
+                   episodes: int, ppo_episodes: int, eps_decay_episodes: int, updates_per_episode: int,
+                   learning_starts: int) -> tuple[Any, list[dict]]:
+    """One trained IDQN / PressLight (``episodes`` DQN episodes) or IPPO (``ppo_episodes``)
+    controller and its per-episode training history. Cached."""
+    if method not in LEARNED:
+        raise ValueError(f"unknown learned baseline {method!r}; known: {', '.join(LEARNED)}")
+    key = dict(method=method, scenario=scenario, simulator=load(scenario).simulator, episode_s=episode_s,
+               seed=agent_seed, hidden=list(hidden))
+    if method == "IPPO":
+        cfg = IPPOConfig(hidden=tuple(hidden), episodes=ppo_episodes, episode_s=episode_s, seed=agent_seed)
+        return study.cached("tsc_baselines_ppo", {**key, "episodes": ppo_episodes},
+                            lambda: train_ippo(scenario, cfg, progress=False))
+    base = DeepRLConfig(episode_s=episode_s)
+    dqn = replace(base.dqn, hidden=tuple(hidden), episodes=episodes, eps_decay_episodes=eps_decay_episodes,
+                  updates_per_episode=updates_per_episode, learning_starts=learning_starts, seed=agent_seed)
+    key |= dict(episodes=episodes, eps_decay_episodes=eps_decay_episodes, updates_per_episode=updates_per_episode,
+                learning_starts=learning_starts)
+    return study.cached("tsc_baselines_dqn", key, lambda: train(KINDS[method], scenario, replace(base, dqn=dqn, seed=agent_seed)))
+
+
+def train_all(methods: list[str], scenarios: list[str], agent_seeds: list[int], executor: str = "serial",
+              jobs: int = 1, **settings: Any) -> dict[tuple[str, str, int], tuple[Any, list[dict]]]:
+    """Every method × scenario × agent seed through the executor: (method, scenario, seed) → (controller, history)."""
+    keys = [(m, sc, a) for m in methods for sc in scenarios for a in agent_seeds]
+    tasks = [dict(method=m, scenario=sc, agent_seed=a, **settings) for m, sc, a in keys]
+    return dict(zip(keys, study.run_grid(train_baseline, tasks, executor=executor, jobs=jobs, desc="deep-RL agents")))
+
+
+def per_agent(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with each learned row's eval runs averaged per agent seed (one unit per agent
+    seed; ``deadlock`` true when any run deadlocked, ``deadlock_time_s`` its earliest start);
+    rows of fixed controllers (no ``agent_seed``) unchanged."""
+    fixed = rows[rows["agent_seed"].isna()]
+    learned = rows[rows["agent_seed"].notna()]
+    if learned.empty:
+        return rows
+    numeric = [c for c in learned.columns if c not in ("agent_seed", "seed", "deadlock", "deadlock_time_s")
+               and pd.api.types.is_numeric_dtype(learned[c])]
+    keys = ["method", "scenario", "agent_seed"]
+    groups = learned.groupby(keys, sort=False)
+    units = groups[numeric].mean()
+    units["deadlock"] = groups["deadlock"].any()
+    units["deadlock_time_s"] = groups["deadlock_time_s"].min()
+    firsts = groups.first()
+    for column in learned.columns:
+        if column not in units.columns and column not in keys:
+            units[column] = firsts[column]
+    units["eval_runs"] = groups.size()
+    return pd.concat([fixed, units.reset_index()], ignore_index=True)
+
+
+def paired_runs(units: pd.DataFrame, method: str, reference: str, scenario: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """Aligned values of ``key`` for ``method`` and ``reference`` on ``scenario`` from
+    :func:`per_agent` rows: two learned rows pair by agent seed, two fixed rows by eval seed, and a
+    learned row against a fixed one pairs each agent seed with the fixed row's mean."""
+    a = units[(units["method"] == method) & (units["scenario"] == scenario)]
+    b = units[(units["method"] == reference) & (units["scenario"] == scenario)]
+    if a.empty or b.empty:
+        raise ValueError(f"paired_runs: no rows for {method if a.empty else reference!r} on {scenario!r}")
+    learned_a, learned_b = a["agent_seed"].notna().all(), b["agent_seed"].notna().all()
+    if learned_a and learned_b:
+        on = "agent_seed"
+    elif not learned_a and not learned_b:
+        on = "seed"
+    else:
+        learned, fixed = (a, b) if learned_a else (b, a)
+        other = np.full(len(learned), float(fixed[key].mean()))
+        return (learned[key].to_numpy(float), other) if learned_a else (other, learned[key].to_numpy(float))
+    joined = a.merge(b[[on, key]], on=on, suffixes=("", "_ref"))
+    if len(joined) != len(a):
+        raise ValueError(f"paired_runs: {method!r} and {reference!r} do not share their {on}s")
+    return joined[key].to_numpy(float), joined[f"{key}_ref"].to_numpy(float)

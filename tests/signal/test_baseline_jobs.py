@@ -1,0 +1,55 @@
+"""Units of Table 1's non-LLM rows: a learned row's units are its agent seeds, not its eval runs."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from llmtraffic.signal import baseline_jobs
+from llmtraffic.study.stats import paired_difference
+
+
+def _rows():
+    rows = []
+    for seed, tt in zip((0, 1, 2), (100.0, 100.0, 100.0)):  # a fixed controller, identical runs (as on CityFlow)
+        rows.append(dict(method="MP", scenario="hz", seed=seed, agent_seed=math.nan, travel_time_s=tt, deadlock=False,
+                         deadlock_time_s=math.nan, simulator="cityflow"))
+    for seed, tt in zip((0, 1, 2), (90.0, 96.0, 99.0)):
+        rows.append(dict(method="FT", scenario="hz", seed=seed, agent_seed=math.nan, travel_time_s=tt, deadlock=False,
+                         deadlock_time_s=math.nan, simulator="cityflow"))
+    for agent, tt in ((0, 80.0), (1, 120.0)):  # two trained agents, each identical on its three eval seeds
+        for seed in (0, 1, 2):
+            stuck = agent == 1 and seed == 2
+            rows.append(dict(method="IDQN", scenario="hz", seed=seed, agent_seed=agent, travel_time_s=tt, deadlock=stuck,
+                             deadlock_time_s=900.0 if stuck else math.nan, simulator="cityflow"))
+    return pd.DataFrame(rows)
+
+
+def test_per_agent_makes_one_unit_per_agent_seed():
+    units = baseline_jobs.per_agent(_rows())
+    learned = units[units["method"] == "IDQN"].set_index("agent_seed")
+    assert len(learned) == 2 and learned["eval_runs"].tolist() == [3, 3]
+    assert learned["travel_time_s"].tolist() == [80.0, 120.0]
+    assert learned["deadlock"].tolist() == [False, True] and learned.at[1, "deadlock_time_s"] == 900.0
+    assert learned["simulator"].tolist() == ["cityflow", "cityflow"]
+    assert len(units[units["method"] == "MP"]) == 3  # fixed rows keep their eval seeds
+
+
+def test_paired_runs_pairs_on_the_right_units():
+    units = baseline_jobs.per_agent(_rows())
+    a, b = baseline_jobs.paired_runs(units, "IDQN", "FT", "hz", "travel_time_s")  # learned vs fixed: n = agent seeds
+    assert a.tolist() == [80.0, 120.0] and b.tolist() == [95.0, 95.0]
+    d = paired_difference(a, b)
+    assert d.n == 2 and d.mean == pytest.approx(5.0) and d.half_width > 100  # two agents far apart: wide interval
+    a, b = baseline_jobs.paired_runs(units, "FT", "MP", "hz", "travel_time_s")  # fixed vs fixed: by eval seed
+    assert a.tolist() == [90.0, 96.0, 99.0] and b.tolist() == [100.0] * 3
+    b2, a2 = baseline_jobs.paired_runs(units, "MP", "IDQN", "hz", "travel_time_s")
+    assert a2.tolist() == [80.0, 120.0] and b2.tolist() == [100.0, 100.0]
+    with pytest.raises(ValueError, match="no rows for 'SOTL'"):
+        baseline_jobs.paired_runs(units, "SOTL", "MP", "hz", "travel_time_s")
+
+
+def test_unknown_learned_baseline_is_refused():
+    with pytest.raises(ValueError, match="unknown learned baseline 'FRAP'"):
+        baseline_jobs.train_baseline("FRAP", "synthetic", 0, 600, [8], 1, 1, 1, 10, 10)
