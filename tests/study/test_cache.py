@@ -158,3 +158,27 @@ def test_work_dir_is_the_folder_of_the_artifact_being_built(outdirs):
     assert folder == str(cache_dir("ckpt", {"k": 1}, build)) and (cache_dir("ckpt", {"k": 1}, build) / "checkpoints").is_dir()
     with pytest.raises(RuntimeError, match="only available inside a build"):
         work_dir()
+
+
+def slow_square(n: int, log: str) -> int:
+    """A build that takes a while and says each time it runs (for the concurrency test)."""
+    import time
+
+    def build() -> int:
+        with open(log, "a") as fh:
+            fh.write("built\n")
+        time.sleep(1.0)
+        return n * n
+
+    return cached("shared_job", {"n": n}, build)
+
+
+@pytest.mark.slow
+def test_two_processes_asking_for_one_artifact_build_it_once(outdirs, tmp_path):
+    """Two notebooks run in parallel share an artifact: the second waits for the first's build
+    and loads it; without the build lock both would build it (two lines in the log)."""
+    log = tmp_path / "builds.log"
+    assert study.run_grid(slow_square, study.grid(n=[7, 7], log=[str(log)]), executor="processes", jobs=2) == [49, 49]
+    assert log.read_text() == "built\n"
+    assert study.run_grid(slow_square, study.grid(n=[8, 7], log=[str(log)]), executor="processes", jobs=2) == [64, 49]
+    assert log.read_text() == "built\nbuilt\n"  # another key builds, the shared one is served from the cache

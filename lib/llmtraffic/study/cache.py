@@ -16,12 +16,14 @@ file: kind, key, source digest, cache folder). ``--fresh`` (``LLMTRAFFIC_FRESH=1
 from __future__ import annotations
 
 import ast
+import fcntl
 import hashlib
 import json
 import os
 import pickle
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from types import CodeType, ModuleType
@@ -226,33 +228,59 @@ def fresh() -> bool:
     return os.environ.get("LLMTRAFFIC_FRESH", "") not in ("", "0")
 
 
+def _load(artifact: Path) -> tuple[Any] | None:
+    """``(value,)`` from a readable cache entry, else None (absent or corrupt: rebuild)."""
+    try:
+        with open(artifact, "rb") as fh:
+            return (pickle.load(fh),)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None
+
+
+@contextmanager
+def _build_lock(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``<folder>.lock`` beside the artifact's folder while it is built,
+    so that two processes asking for the same artifact at once (two notebooks sharing agents, run
+    in parallel by ``make study``) build it once: the second waits, then loads it. The folder
+    itself cannot be the lock: :func:`write_unit` locks it to store the artifact."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
 def cached(kind: str, params: dict[str, Any], build: Callable[[], T]) -> T:
     """The artifact for ``params`` and the current source of ``build``'s dependencies: loaded from
     the cache, or built by ``build()`` and stored (``artifact.pkl`` with ``meta.json``: params,
     key, source digest and the files it covers).
 
     The artifact must be picklable (state dicts, arrays, dataclasses). A corrupt cache entry is
-    rebuilt rather than trusted.
+    rebuilt rather than trusted. While one process builds an artifact, another asking for it
+    waits and then loads it instead of building it a second time.
     """
     sources, files = dependency_digest(build)
     key = cache_key(kind, params, sources)
     folder = runs_dir() / "cache" / kind / key
     provenance.note_artifact({"kind": kind, "key": key, "sources": sources, "path": str(folder)})
     artifact = folder / "artifact.pkl"
-    if artifact.exists() and not fresh():
+    hit = None if fresh() else _load(artifact)
+    if hit is not None:
+        return hit[0]
+    with _build_lock(folder):
+        hit = None if fresh() else _load(artifact)  # built by another process while this one waited
+        if hit is not None:
+            return hit[0]
+        _building.append(folder)
         try:
-            with open(artifact, "rb") as fh:
-                return pickle.load(fh)
-        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-            pass
-    _building.append(folder)
-    try:
-        value = build()
-    finally:
-        _building.pop()
-    meta = {"kind": kind, "key": key, "params": params, "sources": sources, "files": sorted(f.as_posix() for f in files)}
-    write_unit(folder, {
-        "artifact.pkl": pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
-        "meta.json": (json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n").encode(),
-    })
+            value = build()
+        finally:
+            _building.pop()
+        meta = {"kind": kind, "key": key, "params": params, "sources": sources, "files": sorted(f.as_posix() for f in files)}
+        write_unit(folder, {
+            "artifact.pkl": pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
+            "meta.json": (json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n").encode(),
+        })
     return value
