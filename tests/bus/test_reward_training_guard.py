@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from llmtraffic.bus import HoldingEnv, scenarios
-from llmtraffic.bus.reward_design.experiment import DesignSetup, design_reward, expert_code
+from llmtraffic.bus.reward_design.candidates import DesignSetup, design_reward, expert_code
 from llmtraffic.bus.reward_design.loop import LoopConfig, Reply
 from llmtraffic.bus.reward_design.sandbox import SandboxedReward, example_transitions, validate_reward_code
 from llmtraffic.bus.env import RewardFunctionError

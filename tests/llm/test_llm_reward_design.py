@@ -6,7 +6,7 @@ import pytest
 from llmtraffic.bus import scenarios
 from llmtraffic.bus.reward_design import prompts
 from llmtraffic.bus.reward_design.designer import LLMDesigner
-from llmtraffic.bus.reward_design.experiment import DesignSetup, design_reward
+from llmtraffic.bus.reward_design.candidates import DesignSetup, design_reward
 from llmtraffic.bus.reward_design.loop import LoopConfig
 from llmtraffic.llm import CassetteMiss, from_config
 from llmtraffic.rl.dqn import DQNConfig

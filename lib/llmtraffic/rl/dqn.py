@@ -1,4 +1,4 @@
-"""Shared-parameter DQN with one shared replay memory (bus seed §3.4).
+"""Shared-parameter DQN with one shared replay memory (bus paper §3.4).
 
 All agents of a system act through ONE :class:`DQNAgent`: one Q-network, one replay
 memory sampled uniformly, one ε schedule. Every agent's experience therefore trains the
@@ -45,7 +45,7 @@ class CheckpointMismatch(ValueError):
 
 @dataclass
 class DQNConfig:
-    """Hyperparameters of the shared DQN (bus seed §3.4, §5.1)."""
+    """Hyperparameters of the shared DQN (bus paper §3.4, §5.1)."""
 
     hidden: tuple[int, ...] = (400,) * 5
     """Widths of the hidden ReLU layers of the Q-network."""

@@ -5,6 +5,6 @@
 * ``search.py`` — the search designer (no LLM); ``designer.py`` — the LLM designer; ``prompts.py`` —
   the Appendix A prompts; ``direct.py`` — the LLM-direct controller (App. A.5).
 * ``extract.py``, ``sandbox.py``, ``worker.py`` — generated code: extraction, checks, sandboxed evaluation.
-* ``experiment.py`` — training and testing one candidate on the simulator; ``jobs.py`` — the
+* ``candidates.py`` — training and testing candidate rewards on the simulator; ``jobs.py`` — the
   notebooks' cached jobs (dataclass results); ``tables.py``, ``plots.py`` — their tables and figures.
 """

@@ -1,6 +1,6 @@
 """What generated reward code may contain: an allowlist of syntax, names, attributes and modules.
 
-A reward (bus seed §4.2) is a pure function of ``(current_state, action, next_state)``: arithmetic,
+A reward (bus paper §4.2) is a pure function of ``(current_state, action, next_state)``: arithmetic,
 comparisons, loops, helper functions, ``math`` and a curated part of ``numpy``. Everything else is
 rejected with a reason the designer can act on. An allowlist rather than a blocklist: a blocklist
 of names always misses one (``gi_frame.f_back.f_globals``, ``np.ma.core.builtins``,

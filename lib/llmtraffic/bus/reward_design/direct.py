@@ -1,4 +1,4 @@
-"""The LLM-direct controller (bus seed §5.1 baseline, prompt of Appendix A.5).
+"""The LLM-direct controller (bus paper §5.1 baseline, prompt of Appendix A.5).
 
 At every bus arrival at a control stop it sends the state to the LLM and reads two fields:
 the holding decision (1 hold, 0 not) and the holding duration (0–90 s, or -1 without hold).

@@ -1,4 +1,4 @@
-"""Reward code out of an LLM's answer (bus seed §4.2: the initializer, modifier and refiner
+"""Reward code out of an LLM's answer (bus paper §4.2: the initializer, modifier and refiner
 answer with Python code and an explanation).
 
 Fenced blocks (```python, ```py or a bare ```) come first: the last block that defines

@@ -1,4 +1,4 @@
-"""Cached experiment jobs of the reward-design notebooks (bus seed §5.2.2–5.2.5).
+"""Cached experiment jobs of the reward-design notebooks (bus paper §5.2.2–5.2.5).
 
 ``bus_llm_sensitivity`` (§5.2.3), ``bus_llm_methods`` (§5.2.4, Table 3), ``bus_ablation`` (§5.2.5,
 Table 4) and the LLM rows of ``bus_case1`` (§5.2.2) run these jobs through ``study.run_grid``:
@@ -36,7 +36,7 @@ from ..evaluation import evaluate
 from ..scenarios import Scenario
 from . import designer as llm_designer, variants
 from .direct import LLMDirect
-from .experiment import Designed, DesignSetup, design_reward, expert_code, train_and_test
+from .candidates import Designed, DesignSetup, design_reward, expert_code, train_and_test
 from .loop import Designer, LoopConfig, Outcome
 from .prompts import Setting
 from .search import LABEL, SearchDesigner

@@ -1,4 +1,4 @@
-"""The LLM-enhanced reward-design loop (bus seed §4.1, §4.4, §4.5).
+"""The LLM-enhanced reward-design loop (bus paper §4.1, §4.4, §4.5).
 
 initialise (cold start from the initializer, or warm start from an expert reward)
 → train agents → test on held-out seeds → analyse → modify → train … with the **refiner**

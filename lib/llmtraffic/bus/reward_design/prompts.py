@@ -1,4 +1,4 @@
-"""Prompts of the LLM modules (bus seed Appendix A): reward initializer (A.1), modifier (A.2),
+"""Prompts of the LLM modules (bus paper Appendix A): reward initializer (A.1), modifier (A.2),
 performance analyzer (A.3), refiner (A.4) and the LLM-direct controller (A.5), plus the repair
 prompt that sends a rejected candidate's reason back (our addition; the paper does not show one).
 

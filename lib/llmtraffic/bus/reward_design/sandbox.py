@@ -1,4 +1,4 @@
-"""Safe handling of LLM-generated reward code (bus seed §4.2: rewards are generated as Python).
+"""Safe handling of LLM-generated reward code (bus paper §4.2: rewards are generated as Python).
 
 Generated code is data until it passes two checks, and even then it never runs in the
 notebook's process:
@@ -232,7 +232,7 @@ class Worker:
 
 def validate_reward_code(code: str, timeout_s: float = 5.0, transitions=None, memory_mb: int = 512,
                          run_dir: str | os.PathLike | None = None) -> RewardCheck:
-    """Check generated reward code before any training (bus seed §4.2; see the module docstring).
+    """Check generated reward code before any training (bus paper §4.2; see the module docstring).
 
     `transitions`: (state, action, next_state) tuples or env ``Transition``s, e.g. recorded in
     the previous iteration; default `example_transitions` for 6-value states. The code runs in

@@ -1,4 +1,4 @@
-"""Wiring of the reward-design loop to the bus simulator: train agents on a reward, test them.
+"""Candidate rewards on the bus simulator: train agents on a reward, test them, and run the loop on them.
 
 ``design_reward(setup, designer, loop)`` runs the §4 paradigm where every candidate reward is
 validated in the sandbox, then a shared DQN is trained on it (the reward evaluated in a sandboxed

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from llmtraffic.bus import scenarios
-from llmtraffic.bus.reward_design.experiment import DesignSetup, design_reward
+from llmtraffic.bus.reward_design.candidates import DesignSetup, design_reward
 from llmtraffic.bus.reward_design.loop import LoopConfig
 from llmtraffic.bus.reward_design.search import SearchDesigner
 from llmtraffic.rl.dqn import DQNConfig
