@@ -94,18 +94,26 @@ def train_job(method: str, case: str, case_kwargs: dict, reward: str, dqn: dict,
     return agent
 
 
-def train_all(runs: dict[str, tuple[str, dict, str, dict]], agent_seeds: list[int], val_seeds: list[int],
-              exclude: dict[str, list[int]], executor: str = "serial", jobs: int = 1,
-              train_horizon_s: float | None = None, val_horizon_s: float | None = None) -> dict[tuple[str, int], Agent]:
-    """Every row of ``runs`` (method → (case, case_kwargs, reward, dqn)) for every agent seed,
-    through the executor; ``val_seeds`` are checked disjoint from ``exclude`` (e.g. eval and
-    design seeds, by name). Returns (method, agent seed) → :class:`Agent`."""
+def train_each(runs: dict[tuple[str, int], tuple[str, dict, str, dict]], val_seeds: list[int],
+               exclude: dict[str, list[int]], executor: str = "serial", jobs: int = 1,
+               train_horizon_s: float | None = None, val_horizon_s: float | None = None) -> dict[tuple[str, int], Agent]:
+    """Every (method, agent seed) → (case, case_kwargs, reward, dqn) of ``runs`` through the
+    executor; ``val_seeds`` are checked disjoint from ``exclude`` (e.g. eval and design seeds, by
+    name). Returns (method, agent seed) → :class:`Agent`."""
     check_disjoint(val_seeds, **exclude)
     tasks = [dict(method=m, case=c, case_kwargs=kw, reward=r, dqn=d, agent_seed=a, val_seeds=list(val_seeds),
                   train_horizon_s=train_horizon_s, val_horizon_s=val_horizon_s)
-             for m, (c, kw, r, d) in runs.items() for a in agent_seeds]
+             for (m, a), (c, kw, r, d) in runs.items()]
     agents = study.run_grid(train_job, tasks, executor=executor, jobs=jobs, desc="DQN agents")
-    return {(a.method, a.agent_seed): a for a in agents}
+    return {(ag.method, ag.agent_seed): ag for ag in agents}
+
+
+def train_all(runs: dict[str, tuple[str, dict, str, dict]], agent_seeds: list[int], val_seeds: list[int],
+              exclude: dict[str, list[int]], executor: str = "serial", jobs: int = 1,
+              train_horizon_s: float | None = None, val_horizon_s: float | None = None) -> dict[tuple[str, int], Agent]:
+    """:func:`train_each` for every row of ``runs`` (method → (case, case_kwargs, reward, dqn)) and agent seed."""
+    return train_each({(m, a): run for m, run in runs.items() for a in agent_seeds}, val_seeds, exclude,
+                      executor, jobs, train_horizon_s, val_horizon_s)
 
 
 # ---------------------------------------------------------------- case 2's agents, reused by case 3 and §5.5
@@ -162,13 +170,10 @@ def case2_agents(llm: dict | None, dqn: dict, loop: dict, agent_seeds: list[int]
         if run.unavailable:
             raise ValueError(f"case-2 reward design did not run: {run.unavailable}")
     ours = ours_label(llm)
-    rewards = {a: [("RL-local", "rl_local"), ("RL-global", "rl_global"), (ours, run.outcome.final_code)]
-               for a, run in zip(agent_seeds, designs)}
-    tasks = [dict(method=m, case="case2", case_kwargs={}, reward=r, dqn=dqn, agent_seed=a, val_seeds=list(val_seeds),
-                  train_horizon_s=train_horizon_s, val_horizon_s=test_horizon_s)
-             for a in agent_seeds for m, r in rewards[a]]
-    agents = study.run_grid(train_job, tasks, executor=executor, jobs=jobs, desc="case-2 agents")
-    return Case2Agents(ours, {(ag.method, ag.agent_seed): ag for ag in agents}, dict(zip(agent_seeds, designs)))
+    runs = {(m, a): ("case2", {}, r, dqn) for a, run in zip(agent_seeds, designs)
+            for m, r in (("RL-local", "rl_local"), ("RL-global", "rl_global"), (ours, run.outcome.final_code))}
+    agents = train_each(runs, val_seeds, {}, executor, jobs, train_horizon_s, test_horizon_s)  # seeds checked above
+    return Case2Agents(ours, agents, dict(zip(agent_seeds, designs)))
 
 
 def fixed_controllers(feedback_slack_s: float) -> dict[str, Any]:
