@@ -1,6 +1,10 @@
 """Cassettes: record with a live backend, replay offline bit for bit, clear misses."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -151,3 +155,29 @@ def test_relative_cassette_paths_live_under_the_runs_directory(chat_server, open
     llm.from_config(openai_cfg | {"cache": {"path": "llm/c.jsonl"}}).complete(ASK)  # mode defaults to record
     assert (tmp_path / "runs" / "llm" / "c.jsonl").exists()
     assert llm.from_config({"backend": "replay", "cassette": "llm/c.jsonl"}).complete(ASK) == ["x"]
+
+
+RECORDER = """
+import json, sys
+from llmtraffic import llm
+cfg, path, asks = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+model = llm.from_config(cfg | {"cache": {"path": path, "mode": "record"}})
+print(json.dumps([model.complete([{"role": "user", "content": a}]) for a in asks]))
+"""
+
+
+def test_parallel_recorders_ask_each_request_once_and_get_the_same_answers(chat_server, openai_cfg, tmp_path):
+    """Two notebooks recording into one cassette at once (the study runs two at a time): the
+    second to ask a request waits for the first one's answer instead of paying for it again."""
+    chat_server.script = [(200, chat_server.completion("slow"), 0.4)]  # every answer takes 0.4 s: the asks overlap
+    path = tmp_path / "cassette.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(Path(llm.__file__).parents[2])}
+    recorders = [subprocess.Popen([sys.executable, "-c", RECORDER, json.dumps(openai_cfg), str(path), json.dumps(asks)],
+                                  env=env, stdout=subprocess.PIPE, text=True)
+                 for asks in (["a", "b", "c"], ["a", "b", "d"])]
+    outputs = [json.loads(r.communicate(timeout=60)[0]) for r in recorders]
+    assert all(r.returncode == 0 for r in recorders)
+    asked = sorted(r["body"]["messages"][0]["content"] for r in chat_server.requests)
+    assert asked == ["a", "b", "c", "d"]  # without the claim: a and b twice
+    assert outputs == [[["slow"]] * 3] * 2
+    assert len(llm.Cassette(path)) == 4 and len(path.read_text().splitlines()) == 4

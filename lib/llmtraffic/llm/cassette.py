@@ -3,7 +3,9 @@
 One line per request: ``key`` (sha256 of backend, model, messages and sampling parameters),
 ``occurrence`` (how many identical requests came before it in the run), the request itself,
 the answers, the tokens used and the latency. Lines are appended under an exclusive lock so
-that parallel workers may record into one file.
+that parallel workers may record into one file, and a request being asked is claimed (`claim`)
+so that a second process recording the same request waits for the first one's answer instead
+of paying for it again.
 
 A crash while recording can leave the last line cut off (no newline, not valid JSON). Loading
 for recording drops that line with a warning (and cuts it from the file, so the next entry starts
@@ -19,6 +21,8 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 FIELDS = {"key": str, "occurrence": int, "backend": str, "model": str, "texts": list,
@@ -57,6 +61,8 @@ class Cassette:
         self.path = Path(path)
         self.record = record
         self._entries: dict[tuple[str, int], dict] = {}
+        self._read = self._lines = 0  # bytes and lines of the file loaded; other processes append after them
+        self._lock_file = None
         if self.path.exists():
             self._load()
 
@@ -74,13 +80,16 @@ class Cassette:
             except (json.JSONDecodeError, UnicodeDecodeError) as error:
                 if number == len(lines):  # no newline after it: a write cut short
                     self._cut_off(number, len(data) - len(line), error)
-                    return
+                    break
                 raise CassetteError(f"cassette {self.path} line {number} is not a cassette entry: {error}") from error
             self._check(entry, number)
             self._entries[entry["key"], entry["occurrence"]] = entry
-        if self.record and data and not data.endswith(b"\n"):  # the next entry needs a line of its own
-            with self.path.open("ab") as file:
-                file.write(b"\n")
+        else:
+            if self.record and data and not data.endswith(b"\n"):  # the next entry needs a line of its own
+                with self.path.open("ab") as file:
+                    file.write(b"\n")
+        data = self.path.read_bytes()
+        self._read, self._lines = len(data), data.count(b"\n")
 
     def _cut_off(self, number: int, keep: int, error: Exception) -> None:
         if not self.record:
@@ -113,6 +122,46 @@ class Cassette:
         """The (backend, model) pairs recorded."""
         return {(e["backend"], e["model"]) for e in self._entries.values()}
 
+    @contextmanager
+    def claim(self, key: str, occurrence: int) -> Iterator[None]:
+        """Hold request (`key`, `occurrence`) against other processes while it is looked up and
+        asked, after loading what they appended since. Parallel notebooks recording into one
+        cassette then ask each distinct request once: the second waits and reads the answer.
+
+        The lock is one byte of ``<cassette>.lock`` at an offset taken from the key (an fcntl
+        record lock), so different requests do not wait for each other.
+        """
+        if self._lock_file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_file = open(self.path.with_name(self.path.name + ".lock"), "a")  # noqa: SIM115 (held for the cassette's life)
+        byte = int(key[:15], 16) + occurrence
+        fcntl.lockf(self._lock_file, fcntl.LOCK_EX, 1, byte)
+        try:
+            self._load_new()
+            yield
+        finally:
+            fcntl.lockf(self._lock_file, fcntl.LOCK_UN, 1, byte)
+
+    def _load_new(self) -> None:
+        """Load the whole lines other processes appended since the last read."""
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as file:
+            file.seek(self._read)
+            data = file.read()
+        whole = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
+        for number, line in enumerate(whole.split(b"\n")[:-1], self._lines + 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                raise CassetteError(f"cassette {self.path} line {number} is not a cassette entry: {error}") from error
+            self._check(entry, number)
+            self._entries.setdefault((entry["key"], entry["occurrence"]), entry)
+        self._read += len(whole)
+        self._lines += whole.count(b"\n")
+
     def get(self, key: str, occurrence: int) -> dict | None:
         return self._entries.get((key, occurrence))
 
@@ -123,6 +172,8 @@ class Cassette:
         with self.path.open("a", encoding="utf-8") as file:
             fcntl.flock(file, fcntl.LOCK_EX)
             file.write(line)
+        # our own line is already in _entries; leave _read before it so that other processes'
+        # lines appended before ours are still loaded (setdefault keeps the entry we hold)
 
     def miss(self, key: str, occurrence: int, messages: list[dict]) -> None:
         """Raise `CassetteMiss` naming the hash and the first line of the prompt."""

@@ -121,14 +121,19 @@ class LLM:
         occurrence = self._occurrences.get(key, 0)
         self._occurrences[key] = occurrence + 1
 
-        entry = self.cassette.get(key, occurrence) if self.mode != "off" else None
-        if entry is None and self.mode == "replay":
-            self.cassette.miss(key, occurrence, messages)
-        if entry is None:
-            entry = self._ask(messages, params, key, occurrence)
+        if self.mode == "off":
+            return list(self._ask(messages, params, key, occurrence)["texts"])
+        if self.mode == "replay":
+            entry = self.cassette.get(key, occurrence)
+            if entry is None:
+                self.cassette.miss(key, occurrence, messages)
         else:
-            self._usage.calls += 1
-            self._count(entry)
+            with self.cassette.claim(key, occurrence):  # a parallel recorder may be asking it now
+                entry = self.cassette.get(key, occurrence)
+                if entry is None:
+                    return list(self._ask(messages, params, key, occurrence)["texts"])
+        self._usage.calls += 1
+        self._count(entry)
         return list(entry["texts"])
 
     def _ask(self, messages: list[dict], params: dict, key: str, occurrence: int) -> dict:
