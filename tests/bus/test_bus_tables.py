@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from llmtraffic.bus import tables
 from llmtraffic.bus.tables import NEVER_HOLDS, best_of, ci_table, comparisons, paired
 
 
@@ -53,3 +54,19 @@ def test_comparisons_give_a_verdict_per_method_reference_and_measure():
     assert table.loc[("RL", "RL2", "Headway SD (s)"), "n"] == 4
     assert best_of(frame(), ["RL", "RL2"], "headway_sd_s") == "RL"
     assert not math.isnan(float(table.loc[("RL", "no holding", "Headway SD (s)"), "change (%)"].split()[0]))
+
+
+def test_room_for_holding_is_the_implied_minus_the_regular_wait_per_group():
+    rows = pd.DataFrame({"dwell": ["a", "a", "b"], "implied_wait_s": [150.0, 170.0, 300.0],
+                         "regular_wait_s": [100.0, 100.0, 120.0], "wait_time_s": [140.0, 160.0, 280.0],
+                         "travel_time_s": [1000.0, 1000.0, 1200.0]})
+    room = tables.room_for_holding(rows, by="dwell")
+    assert room.loc["a", "room (s)"] == 60.0 and room.loc["a", "room (% of travel time)"] == 6.0  # (160 - 100) / 1000
+    assert room.loc["b", "room (s)"] == 180.0 and room.loc["b", "room (% of travel time)"] == 15.0
+    overall = tables.room_for_holding(rows).loc["no holding"]
+    assert overall["room (s)"] == pytest.approx(206.7 - 106.7, abs=0.11)
+    assert tables.room_reading(room.loc["a"], "paper's dwell") == (
+        "- Room for holding (paper's dwell): regular headways would cut the headway-implied wait from 160 s to 100 s, "
+        "6.0 % of the mean trip.")
+    with pytest.raises(ValueError, match="lack \\['regular_wait_s'\\]"):
+        tables.room_for_holding(rows.drop(columns="regular_wait_s"))

@@ -199,3 +199,28 @@ def generic_summary(table: pd.DataFrame, ours: str) -> pd.DataFrame:
         "mean change vs no holding (%)": 100.0 * float(((table[ours] - table["no holding"]) / table["no holding"]).mean()),
         "mean reduction vs feedback (s)": float((table["feedback"] - table[ours]).mean()),
     }}).rename_axis("measure")
+
+
+ROOM = ["implied_wait_s", "regular_wait_s", "wait_time_s", "travel_time_s"]
+
+
+def room_for_holding(rows: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
+    """The most any holding could save on waits, measured without holding (mean over ``rows``,
+    one row per ``by`` group, else one row ``no holding``): the wait implied by the observed
+    headways, E[H²] / 2E[H] (:func:`.metrics.headway_implied_wait`), minus the wait with
+    perfectly regular headways of the same mean, E[H] / 2, in seconds and as a share of the
+    mean trip. A small room makes "holding cannot pay here" a measured statement."""
+    missing = [c for c in ROOM if c not in rows]
+    if missing:
+        raise ValueError(f"room_for_holding: rows lack {missing}")
+    room = rows.groupby(by)[ROOM].mean() if by else rows[ROOM].mean().to_frame("no holding").T
+    room["room (s)"] = room["implied_wait_s"] - room["regular_wait_s"]
+    room["room (% of travel time)"] = 100 * room["room (s)"] / room["travel_time_s"]
+    return room.round(1)
+
+
+def room_reading(room: pd.Series, where: str = "", more: str = "") -> str:
+    """One Markdown bullet of a row of :func:`room_for_holding` (``more``: a clause to append)."""
+    return (f"- Room for holding{f' ({where})' if where else ''}: regular headways would cut the headway-implied wait "
+            f"from {room['implied_wait_s']:.0f} s to {room['regular_wait_s']:.0f} s, "
+            f"{room['room (% of travel time)']:.1f} % of the mean trip{f'; {more}' if more else ''}.")
