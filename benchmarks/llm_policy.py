@@ -4,7 +4,9 @@
    ``generate`` call (what ``LMPolicy.sample`` does, Alg. 1) against the reference of G
    sequential one-answer calls on the same prompts, measured in the same run. Tokens are the
    answers' tokens including the end token; both ways sample the same distribution, so their
-   answer lengths agree up to sampling noise (both totals are printed).
+   answer lengths agree up to sampling noise (both totals are printed). Also the batched call
+   through ``model.generate`` with the LoRA adapters applied unmerged (what GPU and 4-bit runs
+   do) against what ``LMPolicy`` samples with on CPU: ``SmallDecoder`` on a merged copy.
 2. PPO update tokens per second (``LMPolicy.update`` on a buffer of 400 s of exchanges = 40
    decisions, §4.1.3: scoring old and reference log-probs and values, then the clipped
    update) against the reference of one plain supervised forward/backward on the same tokens.
@@ -70,12 +72,18 @@ def main() -> None:
             for i in range(args.group):
                 counted["sequential"] += n_tokens(policy.sample(p, group_size=1, rng=np.random.default_rng(i), record=False)[0])
 
+    policy.merge_sampler = False  # the adapters applied unmerged (what GPU and 4-bit runs do)
+    t_unmerged = median_time(batched, args.repeats)
+    tu = counted["batched"]
+    policy.merge_sampler = True
     t_batched, t_seq = median_time(batched, args.repeats), median_time(sequential, args.repeats)
     tb, ts = counted["batched"], counted["sequential"]
     print(f"sampling, G = {args.group}, {n} decisions ({args.scenario} prompts, {policy.cfg.max_new_tokens} tokens max)")
     print(f"  batched (one generate of G)   {tb / t_batched:8.0f} generated tokens/s  ({n / t_batched:6.1f} decisions/s, {tb} tokens)")
     print(f"  sequential (G generates of 1) {ts / t_seq:8.0f} generated tokens/s  ({n / t_seq:6.1f} decisions/s, {ts} tokens; reference)")
     print(f"  ratio batched / sequential    {(tb / t_batched) / (ts / t_seq):8.2f}x tokens/s")
+    print(f"  batched, generate over LoRA   {tu / t_unmerged:8.0f} generated tokens/s  ({n / t_unmerged:6.1f} decisions/s, {tu} tokens)")
+    print(f"  ratio SmallDecoder / generate {(tb / t_batched) / (tu / t_unmerged):8.2f}x tokens/s")
 
     rng = np.random.default_rng(1)
 

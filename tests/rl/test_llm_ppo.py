@@ -20,6 +20,7 @@ from llmtraffic.rl.llm_ppo import (
     token_rewards,
     torch_threads,
 )
+from llmtraffic.rl.small_decoder import SmallDecoder
 
 CORPUS = [f"<signal>{x}</signal> queue {i} near {i + 1}" for x in ("ETWT", "NTST", "ELWL", "NLSL") for i in range(9)]
 
@@ -107,8 +108,9 @@ def test_group_is_one_generate_call_and_reference_equals_policy_at_start():
     model, tok = tiny()
     policy = LMPolicy(model, tok, PPOConfig(group_size=8, max_new_tokens=6))
     calls = []
-    generate = policy.model.generate
-    policy.model.generate = lambda **kw: calls.append(kw["input_ids"].shape) or generate(**kw)
+    sampler = policy._sampler()  # the SmallDecoder of a merged copy (a tiny Qwen2 on CPU)
+    sample = sampler.sample
+    sampler.sample = lambda prompt, n, *a, **kw: calls.append((n, len(prompt))) or sample(prompt, n, *a, **kw)
     texts, ex = policy.sample("<signal>")
     assert calls == [(8, len(ex.prompt_ids))] and len(texts) == 8
     policy.score_pending()
@@ -227,6 +229,30 @@ def test_checkpoint_resume_continues_exactly(tmp_path):
         other.load(tmp_path / "ckpt.pt")
     with pytest.raises(FileNotFoundError, match="nope.pt"):
         other.load(tmp_path / "nope.pt")
+
+
+def _last_logits(model, ids) -> torch.Tensor:
+    with torch.no_grad():
+        if isinstance(model, SmallDecoder):
+            return model.forward(ids)[0][0]
+        return model(input_ids=ids).logits[0, -1]
+
+
+def test_the_merged_sampler_follows_every_change_of_the_adapters(tmp_path):
+    """On CPU, answers come from a copy with the adapters merged in: it must be rebuilt after
+    each update and each checkpoint load, or the policy would act with stale adapters."""
+    model, tok, arms = _two_armed()
+    policy = LMPolicy(model, tok, PPOConfig(max_new_tokens=1, actor_lr=3e-3, minibatch_size=16))
+    ids = tok(PROMPT, return_tensors="pt", add_special_tokens=False).input_ids
+    start = _last_logits(policy._sampler(), ids)
+    assert policy._sampler() is not policy.model and torch.allclose(start, _last_logits(policy.model, ids), atol=1e-5)
+    policy.save(tmp_path / "start.pt")
+    for _ in range(3):
+        policy.update(_bandit_buffer(policy, arms, 32))
+        assert torch.allclose(_last_logits(policy._sampler(), ids), _last_logits(policy.model, ids), atol=1e-5)
+    assert not torch.allclose(_last_logits(policy._sampler(), ids), start, atol=1e-2)  # it learned
+    policy.load(tmp_path / "start.pt")
+    assert torch.allclose(_last_logits(policy._sampler(), ids), start, atol=1e-5)
 
 
 def test_update_rejects_missing_reward():
