@@ -165,6 +165,16 @@ def test_ci_and_paired_tables_on_constructed_rows():
     assert list(table.index) == ["ours"] and table.at["ours", "verdict (travel time)"] == "better"
     frame.loc[frame["method"] == "ours", "hold_time_s"] = [0.0, 0.0, 5.0, 0.0]
     assert tables.never_hold(frame, ["ours", "ref", "absent"]) == ["ref"]
+    assert set(ci["same runs as"]) == {""}
+
+
+def test_a_row_with_the_same_runs_as_an_earlier_one_says_so():
+    rows = [{"method": m, "agent_seed": a, "seed": s, "travel_time_s": 100.0 + a + s, "wait_time_s": 50.0,
+             "headway_sd_s": 90.0, "hold_time_s": 1.0} for m in ("expert", "loop", "other") for a in (0, 1) for s in (3, 4)]
+    frame = pd.DataFrame(rows[::-1])  # order of rows does not matter, (agent seed, episode) does
+    frame.loc[(frame["method"] == "other") & (frame["seed"] == 4) & (frame["agent_seed"] == 1), "wait_time_s"] = 50.5
+    ci = tables.ci_table(frame, ["expert", "loop", "other"])
+    assert ci["same runs as"].to_dict() == {"expert": "", "loop": "expert", "other": ""}  # one episode apart: not the same
 
 
 def test_llm_direct_rows_count_decisions_failures_and_cost(monkeypatch):

@@ -47,15 +47,37 @@ def reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
 
 
 def ci_table(frame: pd.DataFrame, labels: list[str], missing: dict[str, str] | None = None) -> pd.DataFrame:
-    """Mean ± 95 % CI half-width of each §5.1 measure per label (n = agent seeds × eval episodes)."""
+    """Mean ± 95 % CI half-width of each §5.1 measure per label (n = agent seeds × eval episodes).
+
+    Column ``same runs as`` names an earlier row whose every episode gave the very same measures
+    (:func:`identical_rows`; e.g. a loop whose final reward is the expert reward it started from,
+    retrained into the same agents): one result shown twice, not two that agree."""
+    same = identical_rows(frame, [label for label in labels if not (missing and label in missing)])
     out = {}
     for label in labels:
         if missing and label in missing:
-            out[label] = {name: missing[label] for name in MEASURES.values()} | {"n": ""}
+            out[label] = {name: missing[label] for name in MEASURES.values()} | {"n": "", "same runs as": ""}
             continue
         g = frame[frame["method"] == label]
-        out[label] = {name: stats.mean_ci(g[key]).format(1) for key, name in MEASURES.items()} | {"n": len(g)}
+        out[label] = ({name: stats.mean_ci(g[key]).format(1) for key, name in MEASURES.items()}
+                      | {"n": len(g), "same runs as": same.get(label, "")})
     return pd.DataFrame.from_dict(out, orient="index").rename_axis("method")
+
+
+def identical_rows(frame: pd.DataFrame, labels: list[str]) -> dict[str, str]:
+    """Label → the first earlier label with identical measures on every (agent seed, episode)."""
+    def runs(label: str) -> pd.DataFrame:
+        g = frame[frame["method"] == label]
+        return g.sort_values(["agent_seed", "seed"])[["agent_seed", "seed", *MEASURES]].reset_index(drop=True)
+
+    out: dict[str, str] = {}
+    for i, label in enumerate(labels):
+        mine = runs(label)
+        for earlier in labels[:i]:
+            if earlier not in out and not mine.empty and mine.equals(runs(earlier)):
+                out[label] = earlier
+                break
+    return out
 
 
 def paired(frame: pd.DataFrame, label: str, reference: str, measure: str = "travel_time_s") -> stats.Estimate:
