@@ -177,3 +177,37 @@ def test_buses_held_together_at_one_stop_each_get_their_transitions():
     for agent, obs, info, action in steps:
         times.setdefault((agent, info["time_s"]), set()).add(info["bus"])
     assert max(len(buses) for buses in times.values()) >= 2  # two buses held at one stop at once
+
+
+def test_infos_off_leaves_infos_empty_and_changes_nothing_else():
+    """The DQN trainer turns infos off to save their cost: the episode must be the same one."""
+    rng = np.random.default_rng(0)
+    coin = lambda obs, info: int(rng.random() < 0.3)  # noqa: E731 - a seeded random holding rule
+    on = HoldingEnv(scenarios.case2(), lambda s, a, n: float(a), horizon_s=3600)
+    with_infos = play(on, coin, seed=3)
+    rng = np.random.default_rng(0)
+    off = HoldingEnv(scenarios.case2(), lambda s, a, n: float(a), horizon_s=3600, infos=False)
+    without = play(off, coin, seed=3)
+    assert len(with_infos) == len(without) > 100
+    assert all(info for _, _, info, _ in with_infos) and not any(info for _, _, info, _ in without)
+    assert [(a, o.tolist(), x) for a, o, _, x in with_infos] == [(a, o.tolist(), x) for a, o, _, x in without]
+    pd.testing.assert_frame_equal(on.result().trajectories, off.result().trajectories, check_exact=True)
+
+
+def test_a_controller_that_reads_no_info_is_simulated_exactly_as_one_that_gets_it():
+    class Hold:  # holds 5 s at every other decision, never reading info
+        mode = "step"
+
+        def __init__(self, uses_info):
+            self.uses_info, self.n, self.seen = uses_info, 0, []
+
+        def act(self, obs, info):
+            self.n += 1
+            self.seen.append(bool(info))
+            return float(self.n % 2)
+
+    blind, told = Hold(False), Hold(True)
+    a = simulate(scenarios.case1(), blind, seed=4, horizon_s=3600)
+    b = simulate(scenarios.case1(), told, seed=4, horizon_s=3600)
+    assert blind.n == told.n > 50 and not any(blind.seen) and all(told.seen)
+    pd.testing.assert_frame_equal(a.trajectories, b.trajectories, check_exact=True)

@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from llmtraffic.study.cli import main
 
@@ -46,6 +47,11 @@ def test_run_summary_records_times_and_failures_in_the_gallery(outdirs, capsys):
     assert summary["notebooks"]["fx_plot"]["ok"] and not summary["notebooks"]["fx_fail"]["ok"]
     assert summary["notebooks"]["fx_plot"]["seconds"] > 0
     assert summary["last_run"]["wall_s"] >= max(n["seconds"] for n in summary["notebooks"].values()) - 1
+    for n in summary["notebooks"].values():  # when each ran, in seconds after the run's start
+        assert 0 <= n["start_s"] < n["end_s"] <= summary["last_run"]["wall_s"] + 0.1
+        assert n["end_s"] - n["start_s"] == pytest.approx(n["seconds"], abs=0.11)
+    # both notebooks are of the study "fx": its span ends with the later of them
+    assert summary["last_run"]["study_spans_s"] == {"fx": max(n["end_s"] for n in summary["notebooks"].values())}
     # a later partial run keeps the other notebook's entry and names itself partial
     assert _cli("run", "--profile", "smoke", "--only", "fx_plot") == 0
     summary = json.loads((outdirs / "figures" / "run.json").read_text())
@@ -53,6 +59,7 @@ def test_run_summary_records_times_and_failures_in_the_gallery(outdirs, capsys):
     readme = (outdirs / "figures" / "README.md").read_text()
     assert "Latest run: profile `smoke` (only fx_plot), 1 notebooks" in readme
     assert "| fx_fail | smoke |" in readme and "FAILED" in readme
+    assert "Each study's notebooks were done fx " in readme
 
 
 def test_fail_fast_stops_after_first_failure(outdirs, capsys):

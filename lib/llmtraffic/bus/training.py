@@ -72,6 +72,7 @@ class DQNController:
     (asked every 5 s while a bus is held; 1 = hold 5 s more, 0 = release)."""
 
     mode = "step"
+    uses_info = False  # it sees only the §3.2 state: simulate() skips building the info dict
 
     def __init__(self, policy: GreedyPolicy, name: str = "DQN"):
         self.policy, self.name = policy, name
@@ -118,7 +119,7 @@ def train_holding(
     (validation hooks in there).
     """
     reward_fn = resolve_reward(reward)
-    env = HoldingEnv(scenario, reward_fn, seed=episode_seed(cfg.seed, 0), horizon_s=horizon_s)
+    env = HoldingEnv(scenario, reward_fn, seed=episode_seed(cfg.seed, 0), horizon_s=horizon_s, infos=False)
     agent = DQNAgent(scenario.state_dim, 2, cfg)
 
     def run_episode(agent: DQNAgent, episode: int) -> dict:

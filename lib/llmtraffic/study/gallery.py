@@ -73,13 +73,20 @@ def run_times(root: Path) -> list[str]:
         f"Latest run: profile `{last.get('profile')}`{only}, {last.get('notebooks')} notebooks in "
         f"{last.get('wall_s', 0) / 60:.1f} min on {last.get('cpus')} CPUs, commit `{(last.get('commit') or 'unknown')[:10]}`"
         + (f"; failed: {', '.join(last['jobs_failed'])}" if last.get("jobs_failed") else "; no failures") + ".",
+    ]
+    if last.get("study_spans_s"):
+        lines.append("Each study's notebooks were done " + ", ".join(
+            f"{study} {span / 60:.1f} min" for study, span in last["study_spans_s"].items()) + " after the run started.")
+    lines += [
         "",
-        "| notebook | profile | seconds | outcome | commit |",
-        "|---|---|---|---|---|",
+        "| notebook | profile | seconds | ran (min after the run's start) | outcome | commit |",
+        "|---|---|---|---|---|---|",
     ]
     for stem, n in summary.get("notebooks", {}).items():
         outcome = "ok" if n.get("ok") else f"FAILED: {n.get('error', '')}".replace("|", "\\|")
-        lines.append(f"| {stem} | {n.get('profile')} | {n.get('seconds')} | {outcome} | `{(n.get('commit') or 'unknown')[:10]}` |")
+        ran = f"{n['start_s'] / 60:.1f}–{n['end_s'] / 60:.1f}" if "start_s" in n else "—"
+        lines.append(f"| {stem} | {n.get('profile')} | {n.get('seconds')} | {ran} | {outcome} | "
+                     f"`{(n.get('commit') or 'unknown')[:10]}` |")
     return lines + [""]
 
 

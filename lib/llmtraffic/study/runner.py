@@ -296,7 +296,7 @@ def run(
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         outcomes = [o for o in pool.map(one, plans) if o is not None]
     bar.close()
-    record_run(profile, outcomes, time.time() - started, only)
+    record_run(profile, outcomes, time.time() - started, only, started)
     gallery.write()  # after every prune_stale: the gallery and scorecard list only what is left
     if figures_dir().resolve() == (ROOT / "figures").resolve():
         findings.update_readme()
@@ -307,8 +307,21 @@ RUN_SUMMARY = "run.json"
 """``figures/run.json``: the latest run's wall time and each notebook's latest time and outcome."""
 
 
-def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[str] | None) -> Path:
-    """Merge this run into ``figures/run.json`` (per notebook: the latest time, outcome and commit)."""
+def study_spans(outcomes: list[Outcome], run_start: float) -> dict[str, float]:
+    """Per study (the notebook-name prefix before ``_``: bus, tsc), seconds from the run's start
+    until its last notebook of this run finished: how long that study took inside the run (run
+    alone, it takes at most about that, since the other study only used slots it left free)."""
+    spans: dict[str, float] = {}
+    for o in outcomes:
+        study = o.stem.split("_", 1)[0]
+        spans[study] = max(spans.get(study, 0.0), round(o.started + o.seconds - run_start, 1))
+    return dict(sorted(spans.items()))
+
+
+def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[str] | None,
+               run_start: float | None = None) -> Path:
+    """Merge this run into ``figures/run.json`` (per notebook: the latest time, outcome and commit,
+    and when it started and ended, in seconds after the run's start)."""
     path = figures_dir() / RUN_SUMMARY
     try:
         summary = json.loads(path.read_text())
@@ -316,12 +329,16 @@ def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[
         summary = {}
     commit = provenance.git_state()["commit"]
     notebooks = summary.get("notebooks", {})
+    run_start = min((o.started for o in outcomes), default=time.time()) if run_start is None else run_start
     for o in outcomes:
         notebooks[o.stem] = {"ok": o.ok, "seconds": round(o.seconds, 1), "profile": profile, "commit": commit,
-                             "error": o.error, "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+                             "error": o.error, "start_s": round(o.started - run_start, 1),
+                             "end_s": round(o.started + o.seconds - run_start, 1),
+                             "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(o.started + o.seconds))}
     summary = {
         "last_run": {"profile": profile, "only": only or [], "commit": commit, "wall_s": round(wall_s, 1),
                      "jobs_failed": [o.stem for o in outcomes if not o.ok], "notebooks": len(outcomes),
+                     "study_spans_s": study_spans(outcomes, run_start),
                      "cpus": os.cpu_count()},
         "notebooks": dict(sorted(notebooks.items())),
     }

@@ -71,7 +71,7 @@ def stop_sd(per_seed: list[dict]) -> list[float]:
 
 def last_transitions(setup: DesignSetup, controller: DQNController, reward: SandboxedReward) -> list[dict]:
     """The last transitions of a greedy test episode on the first design seed, for the analyzer."""
-    env = HoldingEnv(setup.scenario, reward, seed=setup.design_seeds[0], horizon_s=setup.test_horizon_s)
+    env = HoldingEnv(setup.scenario, reward, seed=setup.design_seeds[0], horizon_s=setup.test_horizon_s, infos=False)
     env.reset(seed=setup.design_seeds[0])
     kept: list[dict] = []
     for _ in env.agent_iter():
