@@ -24,6 +24,15 @@ def test_headlines_rank_marked_then_strongest_decided(recorded):
     assert "flat" not in [c["id"] for c in findings.headlines(bus, k=10)]
 
 
+def test_identical_runs_rank_after_every_claim_with_a_spread_and_say_so(recorded):
+    # three identical runs (a deterministic simulator): a zero-width "interval" around a big effect
+    claims.claim("same", "bus", "§5.6", "exact", "q", "t", ours=mean_ci([-9.0, -9.0, -9.0]), paper_value=-1.0)
+    bus = [c for c in claims.load(recorded) if c["paper"] == "bus"]
+    assert [c["id"] for c in findings.headlines(bus, k=4)] == ["marked", "strong", "weak", "same"]
+    same = next(c for c in bus if c["id"] == "same")
+    assert claims._ours(same) == "-9 (n = 3 identical runs: no spread to estimate)"
+
+
 def test_readme_section_is_replaced_between_markers(recorded, tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"# Title\n\nbefore\n\n{findings.BEGIN}\nold text\n{findings.END}\n\nafter\n")

@@ -152,10 +152,11 @@ def why_not(evaluation: dict, reference: dict) -> str:
 
 
 def shaping_claim(id: str, where: str, statement: str, shaped: dict, plain: dict, controls: dict[str, dict],
-                  link: str, paper_value: float | None = None, key: str = "queue"):
+                  link: str, paper_value: float | None = None, key: str = "queue", **extra):
     """Record that a reward shaping beats the plain reward (the paper's claim, judged on the
     paired difference shaped − plain of ``key`` in %), with a note on each control it does or
-    does not beat. Returns the recorded :class:`~llmtraffic.study.claims.Claim`."""
+    does not beat; ``extra`` goes to the claim (``headline=True``). Returns the recorded
+    :class:`~llmtraffic.study.claims.Claim`."""
     ours = comparison(shaped, plain, key)
     notes = []
     for name, control in controls.items():
@@ -163,7 +164,7 @@ def shaping_claim(id: str, where: str, statement: str, shaped: dict, plain: dict
         notes.append(f"vs {name}: " + ("not judged" if d is None else f"{d.format(1)} ({verdict(d, LOWER_IS_BETTER[key])})"))
     return claim(id, "tsc", where, statement, quantity=f"{METRICS[key].lower()}, shaped − plain reward (%)", link=link,
           ours=ours, paper_value=paper_value, direction=-1 if LOWER_IS_BETTER[key] else 1,
-          needs="" if ours is not None else why_not(shaped, plain), note="; ".join(notes))
+          needs="" if ours is not None else why_not(shaped, plain), note="; ".join(notes), **extra)
 
 
 # ----------------------------------------------------------------------------- means without intervals, labels, Q3

@@ -167,6 +167,8 @@ def _ours(c: dict) -> str:
     unit = f" {o['unit']}" if o.get("unit") else ""
     if o["low"] is None or (isinstance(o["low"], float) and math.isnan(o["low"])):
         return f"{o['mean']:.3g}{unit} (n = {o['n']}, no CI)"
+    if o["low"] == o["high"] and o["n"] > 1:  # a deterministic simulator: the n runs are one run n times
+        return f"{o['mean']:.3g}{unit} (n = {o['n']} identical runs: no spread to estimate)"
     return f"{o['mean']:.3g}{unit} [{o['low']:.3g}, {o['high']:.3g}] (n = {o['n']})"
 
 

@@ -4,7 +4,8 @@ The section lies between two markers in ``README.md``; :func:`update_readme` rep
 between them and leaves the rest of the file alone. Per paper it gives the number of claims per
 verdict and the three most consequential findings: the claims a notebook marked ``headline=True``
 first, then the decided claims (reproduced or opposite) whose interval lies furthest from zero in
-units of its half-width.
+units of its half-width. A claim whose n runs are identical (a deterministic simulator: its
+interval has no width) ranks after every claim with a spread: its runs are one observation.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def _strength(c: dict) -> float:
     if c["verdict"] not in (_claims.REPRODUCED, _claims.OPPOSITE) or low is None or math.isnan(low):
         return -math.inf
     half = (high - low) / 2
-    return math.inf if half == 0 else abs(o["mean"]) / half
+    return 0.0 if half == 0 else abs(o["mean"]) / half
 
 
 def headlines(claims: list[dict], k: int = 3) -> list[dict]:
