@@ -99,6 +99,16 @@ def test_train_validated_reports_the_validation_best_checkpoint_not_the_last(cas
         train_validated(case1, "rl_global", cfg, [200], select_by="return")
 
 
+def test_val_every_validates_every_kth_checkpoint_and_always_the_last(case1):
+    cfg = small(episodes=5, eps_decay_episodes=3, val_every=2)
+    trained = train_validated(case1, "rl_global", cfg, [200], horizon_s=1800, val_horizon_s=1800)
+    first = trained.curve[0]["episode"]
+    assert [r["episode"] for r in trained.curve] == [e for e in range(first, 5) if e % 2 == 0] + [5]
+    assert trained.selected in [r["episode"] for r in trained.curve]
+    with pytest.raises(ValueError, match="val_every must be >= 1"):
+        small(val_every=0)
+
+
 def test_budgets_are_shared_by_name_and_unknown_ones_are_named():
     quick = budget("quick")
     assert DQNConfig(**quick).episodes == BUDGETS["quick"]["episodes"]

@@ -92,7 +92,7 @@ def wait_distribution(results: dict[str, EpisodeResult], ax: Axes | None = None)
 
 def validation_curves(curves: dict[str, list[list[dict]]], measure: str = "val_travel_time_s",
                       ax: Axes | None = None) -> Axes:
-    """Greedy validation ``measure`` per training episode, one line per method: the mean over its
+    """Greedy validation ``measure`` per validated checkpoint, one line per method: the mean over its
     agent seeds with a band of the 95 % t-interval over them (``curves``: method → one
     :attr:`~llmtraffic.bus.training.TrainedAgent.curve` per agent seed). Markers keep a series
     hidden under another visible."""

@@ -5,10 +5,11 @@ Every control stop is an agent, and all of them act through one :class:`~llmtraf
 Training episodes use seeds ``1_000_000 + 10_000·cfg.seed + episode``, far from the test seeds
 the notebooks use (0–999), so an agent is never tested on an episode it trained on.
 
-**Checkpoint selection.** :func:`train_validated` plays, before every training episode, the
-greedy policy on ``val_seeds`` (validation episodes, disjoint from eval and design seeds) and
-reports the checkpoint with the best mean validation travel time (:func:`select_checkpoint`),
-not the last one: a DQN without a target network swings between regular service and heavy
+**Checkpoint selection.** :func:`train_validated` plays, before every ``DQNConfig.val_every``-th
+training episode (``quick``: every second one) and after the last, the greedy policy on
+``val_seeds`` (validation episodes, disjoint from eval and design seeds) and reports the
+checkpoint with the best mean validation travel time (:func:`select_checkpoint`), not the last
+one: a DQN without a target network swings between regular service and heavy
 bunching from one episode to the next. Every bus notebook takes its DQN budget from
 :data:`BUDGETS` by profile name, so all of them train with one setting.
 """
@@ -40,7 +41,7 @@ BUDGETS: dict[str, dict] = {
     "smoke": dict(hidden=(64, 64), episodes=6, eps_decay_episodes=4, updates_per_episode=40, batch_size=64, learning_starts=128,
                   target_network=True, target_update_every=40, obs_scale=OBS_SCALE),
     "quick": dict(hidden=(128, 128, 128), episodes=30, eps_decay_episodes=20, updates_per_episode=100,
-                  target_network=True, target_update_every=100, obs_scale=OBS_SCALE),
+                  target_network=True, target_update_every=100, val_every=2, obs_scale=OBS_SCALE),
     "paper": dict(obs_scale=OBS_SCALE),  # DQNConfig's defaults: the authors' 5×400, 70 × 200 updates
 }
 """The one DQN budget per profile shared by every bus notebook (``DQNConfig`` fields). ``quick``
@@ -64,7 +65,8 @@ def describe(dqn: dict) -> str:
     cfg = DQNConfig(**dqn)
     widths = sorted(set(cfg.hidden))
     net = f"{len(cfg.hidden)}×{widths[0]}" if len(widths) == 1 else "-".join(map(str, cfg.hidden))
-    return f"{net} MLP, {cfg.episodes} episodes × {cfg.updates_per_episode} updates"
+    every = "every episode" if cfg.val_every == 1 else f"every {cfg.val_every} episodes"
+    return f"{net} MLP, {cfg.episodes} episodes × {cfg.updates_per_episode} updates, validated {every}"
 
 
 class DQNController:
@@ -205,10 +207,10 @@ def train_validated(
     select_by: str = "val_travel_time_s",
     checkpoint_dir: str | os.PathLike | None = None,
 ) -> TrainedAgent:
-    """:func:`train_holding`, validating the greedy policy on ``val_seeds`` before every episode
-    and after the last, and keeping the checkpoint with the lowest ``select_by`` (among
-    checkpoints that saw at least one gradient update). ``val_horizon_s`` defaults to the test
-    horizon of the scenario."""
+    """:func:`train_holding`, validating the greedy policy on ``val_seeds`` before every
+    ``cfg.val_every``-th episode and after the last, and keeping the checkpoint with the lowest
+    ``select_by`` (among checkpoints that saw at least one gradient update). ``val_horizon_s``
+    defaults to the test horizon of the scenario."""
     if select_by.removeprefix("val_") not in MEASURES:
         raise ValueError(f"select_by must be val_<measure> with a measure of {sorted(MEASURES)}, got {select_by!r}")
     best_file = Path(checkpoint_dir) / BEST if checkpoint_dir is not None else None
@@ -218,7 +220,7 @@ def train_validated(
         best.update(saved)
 
     def check(agent: DQNAgent, episode: int) -> dict:
-        if agent.updates == 0:
+        if agent.updates == 0 or (episode % cfg.val_every and episode != cfg.episodes):
             return {}
         row = validate(scenario, agent.greedy_policy(), val_seeds, val_horizon_s)
         if row[select_by] < best["value"]:
