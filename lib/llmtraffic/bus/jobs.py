@@ -152,8 +152,8 @@ def case2_agents(llm: dict | None, dqn: dict, loop: dict, agent_seeds: list[int]
                  test_horizon_s: float | None = None, executor: str = "serial", jobs: int = 1) -> Case2Agents:
     """Per agent seed: the §4 loop on case 2 (warm start from RL-local; candidates trained on 2-h
     episodes and tested on ``design_seeds``), then RL-local, RL-global and the loop's final reward,
-    each trained with the same budget and validation-based checkpoint selection (so the three rows
-    differ only by their reward). The search designer runs unless ``llm`` configures an LLM. Cached."""
+    each trained with the same budget and validation-based checkpoint selection on validation
+    episodes as long as the training ones (so the three rows differ only by their reward). The search designer runs unless ``llm`` configures an LLM. Cached."""
     from .reward_design.jobs import LLM_DESIGNER, SEARCH, design_run
 
     check_disjoint(val_seeds, eval_seeds=eval_seeds, design_seeds=design_seeds)
@@ -172,7 +172,8 @@ def case2_agents(llm: dict | None, dqn: dict, loop: dict, agent_seeds: list[int]
     ours = ours_label(llm)
     runs = {(m, a): ("case2", {}, r, dqn) for a, run in zip(agent_seeds, designs)
             for m, r in (("RL-local", "rl_local"), ("RL-global", "rl_global"), (ours, run.outcome.final_code))}
-    agents = train_each(runs, val_seeds, {}, executor, jobs, train_horizon_s, test_horizon_s)  # seeds checked above
+    # validation episodes as long as the training ones: 4-h validation was four fifths of a case-2 agent's cost
+    agents = train_each(runs, val_seeds, {}, executor, jobs, train_horizon_s, train_horizon_s)  # seeds checked above
     return Case2Agents(ours, agents, dict(zip(agent_seeds, designs)))
 
 
