@@ -17,7 +17,9 @@ from llmtraffic.study.paths import ROOT
 from llmtraffic.study.stats import mean_ci
 
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
-OURS = re.compile(rf"^(?P<mean>{NUM})(?: \S+)? (?:\[(?P<low>{NUM}), (?P<high>{NUM})\] \(n = \d+\)|\(n = 1, no CI\))$")
+OURS = re.compile(rf"^(?P<mean>{NUM})(?: \S+)? (?:\[(?P<low>{NUM}), (?P<high>{NUM})\] \(n = \d+\)|\(n = 1, no CI\)"
+                  rf"|(?P<same>\(n = \d+ identical runs: no spread to estimate\)))$")
+"""Ours: mean [low, high] (n), one run without a CI, or n identical runs (an exact difference)."""
 VERDICT = re.compile(r"^\*\*(" + "|".join(claims.VERDICTS) + r")\*\*$")
 LINK = re.compile(r"\[[^\]]+\]\(([^)\s]+)\)")
 
@@ -72,7 +74,10 @@ def check(text: str, root: Path) -> list[str]:
         if not number:
             problems.append(f"{name}: no estimate with CI and n ({ours!r})")
             continue
-        if number["low"] is None:
+        if number["same"]:  # identical runs of a deterministic simulator: the difference is exact
+            mean = float(number["mean"])
+            excludes, sign = mean != 0, (1 if mean > 0 else -1)
+        elif number["low"] is None:
             excludes, sign = False, 0
         else:
             low, mean, high = float(number["low"]), float(number["mean"]), float(number["high"])
@@ -124,13 +129,15 @@ def card(claims_ctx, outdirs):
                  ours=mean_ci([1.0, -2.0, 3.0]), paper_value=-1.2)
     claims.claim("single", "tsc", "§4.4", "one seed", "queue (veh)", "table1", ours=mean_ci([1.0]), paper_value=1.0)
     claims.claim("llm", "tsc", "§4.5", "GPT-4o", "queue (veh)", "table1", paper_value=-1.0, needs="an LLM backend")
+    claims.claim("exact", "tsc", "§4.6", "deterministic", "queue (veh)", "table1", ours=mean_ci([-4.0] * 3), paper_value=-2.0)
     root = outdirs / "figures"
     return root, (root / "SCORECARD.md").read_text()
 
 
 def test_rendered_scorecard_passes(card):
     root, text = card
-    assert len(_rows(text)) == 5
+    assert len(_rows(text)) == 6
+    assert "-4 (n = 3 identical runs: no spread to estimate)" in text
     assert check(text, root) == []
 
 
@@ -146,6 +153,8 @@ def test_rendered_scorecard_passes(card):
         ("[fx_plot/table1](fx_plot/table1.md)", "fx_plot/table1", "no link"),
         ("(fx_plot/table1.md)", "(fx_plot/table9.md)", "points at no file"),
         ("not run: needs an LLM backend", "not run: needs ", "without what it needs"),
+        ("-4 (n = 3 identical runs: no spread to estimate)", "4 (n = 3 identical runs: no spread to estimate)",
+         "other side as the paper but the verdict is reproduced"),
     ],
 )
 def test_check_finds_each_defect(card, old, new, problem):
