@@ -153,7 +153,8 @@ def case2_agents(llm: dict | None, dqn: dict, loop: dict, agent_seeds: list[int]
     """Per agent seed: the §4 loop on case 2 (warm start from RL-local; candidates trained on 2-h
     episodes and tested on ``design_seeds``), then RL-local, RL-global and the loop's final reward,
     each trained with the same budget and validation-based checkpoint selection on validation
-    episodes as long as the training ones (so the three rows differ only by their reward). The search designer runs unless ``llm`` configures an LLM. Cached."""
+    episodes as long as the training ones (so the three rows differ only by their reward). The
+    search designer runs unless ``llm`` configures an LLM. Cached."""
     from .reward_design.jobs import LLM_DESIGNER, SEARCH, design_run
 
     check_disjoint(val_seeds, eval_seeds=eval_seeds, design_seeds=design_seeds)

@@ -160,6 +160,12 @@ def _fmt(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+def identical_runs(ours: dict) -> bool:
+    """An estimate over n > 1 runs that all gave the same value (a deterministic simulator): its
+    interval has no width, and its runs are one observation repeated."""
+    return ours["n"] > 1 and ours["low"] is not None and ours["low"] == ours["high"]
+
+
 def _ours(c: dict) -> str:
     if not c.get("ours"):
         return f"not run: needs {c.get('needs')}"
@@ -167,7 +173,7 @@ def _ours(c: dict) -> str:
     unit = f" {o['unit']}" if o.get("unit") else ""
     if o["low"] is None or (isinstance(o["low"], float) and math.isnan(o["low"])):
         return f"{o['mean']:.3g}{unit} (n = {o['n']}, no CI)"
-    if o["low"] == o["high"] and o["n"] > 1:  # a deterministic simulator: the n runs are one run n times
+    if identical_runs(o):
         return f"{o['mean']:.3g}{unit} (n = {o['n']} identical runs: no spread to estimate)"
     return f"{o['mean']:.3g}{unit} [{o['low']:.3g}, {o['high']:.3g}] (n = {o['n']})"
 

@@ -26,8 +26,7 @@ def _strength(c: dict) -> float:
     low, high = o.get("low"), o.get("high")
     if c["verdict"] not in (_claims.REPRODUCED, _claims.OPPOSITE) or low is None or math.isnan(low):
         return -math.inf
-    half = (high - low) / 2
-    return 0.0 if half == 0 else abs(o["mean"]) / half
+    return 0.0 if _claims.identical_runs(o) else abs(o["mean"]) / ((high - low) / 2)
 
 
 def headlines(claims: list[dict], k: int = 3) -> list[dict]:

@@ -307,21 +307,21 @@ RUN_SUMMARY = "run.json"
 """``figures/run.json``: the latest run's wall time and each notebook's latest time and outcome."""
 
 
-def study_spans(outcomes: list[Outcome], run_start: float) -> dict[str, float]:
-    """Per study (the notebook-name prefix before ``_``: bus, tsc), seconds from the run's start
-    until its last notebook of this run finished: how long that study took inside the run (run
-    alone, it takes at most about that, since the other study only used slots it left free)."""
+def study_spans(ends: dict[str, float]) -> dict[str, float]:
+    """Per study (the notebook-name prefix before ``_``: bus, tsc), the latest of ``ends``
+    (notebook → seconds after the run's start when it finished): how long that study took inside
+    the run (run alone, it takes at most about that: the other study only used slots it left free)."""
     spans: dict[str, float] = {}
-    for o in outcomes:
-        study = o.stem.split("_", 1)[0]
-        spans[study] = max(spans.get(study, 0.0), round(o.started + o.seconds - run_start, 1))
+    for stem, end in ends.items():
+        study = stem.split("_", 1)[0]
+        spans[study] = max(spans.get(study, 0.0), end)
     return dict(sorted(spans.items()))
 
 
 def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[str] | None,
-               run_start: float | None = None) -> Path:
+               run_start: float) -> Path:
     """Merge this run into ``figures/run.json`` (per notebook: the latest time, outcome and commit,
-    and when it started and ended, in seconds after the run's start)."""
+    and when it started and ended, in seconds after ``run_start``)."""
     path = figures_dir() / RUN_SUMMARY
     try:
         summary = json.loads(path.read_text())
@@ -329,16 +329,15 @@ def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[
         summary = {}
     commit = provenance.git_state()["commit"]
     notebooks = summary.get("notebooks", {})
-    run_start = min((o.started for o in outcomes), default=time.time()) if run_start is None else run_start
+    ends = {o.stem: round(o.started + o.seconds - run_start, 1) for o in outcomes}
     for o in outcomes:
         notebooks[o.stem] = {"ok": o.ok, "seconds": round(o.seconds, 1), "profile": profile, "commit": commit,
-                             "error": o.error, "start_s": round(o.started - run_start, 1),
-                             "end_s": round(o.started + o.seconds - run_start, 1),
+                             "error": o.error, "start_s": round(o.started - run_start, 1), "end_s": ends[o.stem],
                              "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(o.started + o.seconds))}
     summary = {
         "last_run": {"profile": profile, "only": only or [], "commit": commit, "wall_s": round(wall_s, 1),
                      "jobs_failed": [o.stem for o in outcomes if not o.ok], "notebooks": len(outcomes),
-                     "study_spans_s": study_spans(outcomes, run_start),
+                     "study_spans_s": study_spans(ends),
                      "cpus": os.cpu_count()},
         "notebooks": dict(sorted(notebooks.items())),
     }
