@@ -99,6 +99,31 @@ def test_train_validated_reports_the_validation_best_checkpoint_not_the_last(cas
         train_validated(case1, "rl_global", cfg, [200], select_by="return")
 
 
+class BatchedRlGlobal:
+    """RL-global behind the interface of a sandboxed reward: a call per transition, or a batch."""
+
+    def __init__(self):
+        self.calls, self.batches = 0, []
+
+    def __call__(self, s, a, s2) -> float:
+        self.calls += 1
+        return resolve_reward("rl_global")(s, a, s2)
+
+    def batch(self, states, actions, next_states) -> np.ndarray:
+        self.batches.append(len(states))
+        return np.array([resolve_reward("rl_global")(s, int(a), s2) for s, a, s2 in zip(states, actions, next_states)])
+
+
+def test_a_batched_reward_scores_each_episode_once_and_trains_the_same_agent(case1):
+    batched = BatchedRlGlobal()
+    agent, history = train_holding(case1, batched, small(), horizon_s=1800, test_seed=None)
+    plain, plain_history = train_holding(case1, "rl_global", small(), horizon_s=1800, test_seed=None)
+    assert batched.calls == 0 and batched.batches == [h["decisions"] for h in history]
+    assert [h["return"] for h in history] == [h["return"] for h in plain_history]
+    for a, b in zip(agent.net.parameters(), plain.net.parameters()):
+        assert np.array_equal(a.detach().numpy(), b.detach().numpy())
+
+
 def test_val_every_validates_every_kth_checkpoint_and_always_the_last(case1):
     cfg = small(episodes=5, eps_decay_episodes=3, val_every=2)
     trained = train_validated(case1, "rl_global", cfg, [200], horizon_s=1800, val_horizon_s=1800)
@@ -107,6 +132,15 @@ def test_val_every_validates_every_kth_checkpoint_and_always_the_last(case1):
     assert trained.selected in [r["episode"] for r in trained.curve]
     with pytest.raises(ValueError, match="val_every must be >= 1"):
         small(val_every=0)
+
+
+def test_val_from_keeps_exploration_checkpoints_out_of_the_selection(case1):
+    cfg = small(episodes=5, eps_decay_episodes=3, val_from=3)
+    trained = train_validated(case1, "rl_global", cfg, [200], horizon_s=1800, val_horizon_s=1800)
+    assert [r["episode"] for r in trained.curve] == [3, 4, 5]
+    assert trained.selected >= 3
+    with pytest.raises(ValueError, match="val_from \\(6\\) must be <= episodes \\(5\\)"):
+        small(episodes=5, val_from=6)
 
 
 def test_budgets_are_shared_by_name_and_unknown_ones_are_named():

@@ -133,8 +133,8 @@ def test_loop_notebooks_share_the_bus_budget_and_caption_it():
 
     dqn = budget("quick")
     assert DQNConfig(**dqn).obs_scale == (1000.0,) * 4 + (10.0, 10.0) and dqn["target_network"]
-    assert describe(dqn) == "3×128 MLP, 30 episodes × 100 updates, validated every 2 episodes"
-    assert describe(budget("paper")) == "5×400 MLP, 70 episodes × 200 updates, validated every episode"  # §5.1
+    assert describe(dqn) == "3×128 MLP, 30 episodes × 100 updates, validated every episode from episode 15"
+    assert describe(budget("paper")) == "5×400 MLP, 70 episodes × 200 updates, validated every episode from episode 38"  # §5.1
     assert describe({"hidden": [64, 32], "episodes": 2}) == "64-32 MLP, 2 episodes × 200 updates, validated every episode"
 
 

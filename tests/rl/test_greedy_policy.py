@@ -3,6 +3,7 @@ and any network it cannot evaluate in numpy still runs through torch."""
 
 from __future__ import annotations
 
+import copy
 import pickle
 
 import numpy as np
@@ -114,3 +115,23 @@ def test_other_networks_run_through_torch(make):
     np.testing.assert_allclose(np.stack([policy.q_values(o) for o in obs]), expected, rtol=1e-6, atol=1e-6)
     restored = pickle.loads(pickle.dumps(policy))
     np.testing.assert_array_equal(restored.q_values(obs), policy.q_values(obs))
+
+
+def test_the_training_agent_acts_on_its_live_weights():
+    """DQNAgent.q_values reads numpy views of the parameters: after gradient updates and after
+    loading a checkpoint it must still equal the torch network, not a stale copy."""
+    cfg = DQNConfig(hidden=(32, 32), obs_scale=OBS_SCALE, batch_size=16, learning_starts=16, seed=3)
+    agent = DQNAgent(6, 2, cfg)
+    start = copy.deepcopy(agent.state_dict())
+    obs = observations()
+    assert agent._layers is not None
+    rng = np.random.default_rng(0)
+    for s, s2 in zip(obs[:-1], obs[1:]):
+        agent.remember(s, int(rng.integers(2)), float(rng.normal()), s2, False)
+    before = agent.q_values(obs).copy()
+    for _ in range(5):
+        agent._update()
+    assert not np.allclose(agent.q_values(obs), before)
+    np.testing.assert_allclose(agent.q_values(obs), torch_q(agent, obs), rtol=1e-5, atol=1e-5)
+    agent.load_state_dict(start)
+    np.testing.assert_array_equal(agent.q_values(obs), before)

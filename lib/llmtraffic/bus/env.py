@@ -194,9 +194,11 @@ class HoldingEnv(AECEnv):
         self._cumulative_rewards[agent] += reward
 
     def _reward(self, agent: str, state: np.ndarray, action: int, next_state: np.ndarray) -> float:
-        where = f"agent {agent!r}, current_state={state.tolist()}, action={action}, next_state={next_state.tolist()}"
+        def where() -> str:
+            return f"agent {agent!r}, current_state={state.tolist()}, action={action}, next_state={next_state.tolist()}"
+
         try:
             value = self.reward_fn(state.copy(), action, next_state.copy())
         except Exception as err:
-            raise RewardFunctionError(f"reward function failed for {where}: {type(err).__name__}: {err}") from err
+            raise RewardFunctionError(f"reward function failed for {where()}: {type(err).__name__}: {err}") from err
         return check_reward(value, where)

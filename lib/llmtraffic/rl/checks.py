@@ -8,6 +8,8 @@ the replay (and, for the bus environment, where it is computed, to name the stat
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 REWARD_BOUND = 1e6
@@ -21,17 +23,23 @@ class RewardFunctionError(RuntimeError):
     outside ±`REWARD_BOUND`); the message names the value and the state."""
 
 
-def check_reward(value, where: str) -> float:
-    """`value` as a float, or `RewardFunctionError` naming `where` (agent, state, action)."""
+def check_reward(value, where: str | Callable[[], str]) -> float:
+    """`value` as a float, or `RewardFunctionError` naming `where` (agent, state, action); a
+    callable ``where`` is only called to word an error (formatting states on every one of a
+    training run's hundreds of thousands of rewards costs more than the reward itself)."""
     try:
         number = float(value)
     except (TypeError, ValueError) as error:
-        raise RewardFunctionError(f"reward {value!r} is not a number for {where}") from error
-    with np.errstate(over="ignore"):
-        finite = bool(np.isfinite(np.float32(number)))
-    if not finite:
-        raise RewardFunctionError(f"reward function returned {number} for {where}; it is not finite in float32")
-    if abs(number) > REWARD_BOUND:
-        raise RewardFunctionError(f"reward function returned {number:.6g} for {where}, outside "
+        raise RewardFunctionError(f"reward {value!r} is not a number for {_words(where)}") from error
+    if not -REWARD_BOUND <= number <= REWARD_BOUND:  # NaN fails both comparisons
+        with np.errstate(over="ignore"):
+            finite = bool(np.isfinite(np.float32(number)))
+        if not finite:
+            raise RewardFunctionError(f"reward function returned {number} for {_words(where)}; it is not finite in float32")
+        raise RewardFunctionError(f"reward function returned {number:.6g} for {_words(where)}, outside "
                                   f"[-{REWARD_BOUND:g}, {REWARD_BOUND:g}]")
     return number
+
+
+def _words(where: str | Callable[[], str]) -> str:
+    return where() if callable(where) else where

@@ -86,18 +86,26 @@ class DQNConfig:
     """Training episodes between two greedy validations, for trainers that select a checkpoint on
     validation episodes (``llmtraffic.bus.training.train_validated``; the last checkpoint is
     always validated). Validation costs several training episodes' worth of simulation."""
+    val_from: int = 1
+    """First training episode whose checkpoint may be selected (and is validated). A checkpoint
+    from the exploration phase has seen a few hundred updates of nearly random play; where
+    holding costs travel time it is an agent that has not yet learned to hold, and a
+    travel-time criterion would pick it over every trained one."""
     threads: int = 1
     """Torch CPU threads during :func:`train`. One is fastest for these small batches (two
     threads on two busy cores were 8× slower) and keeps results independent of the machine."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "updates_per_episode", "buffer_size", "episodes",
-                     "eps_decay_episodes", "target_update_every", "val_every"):
+                     "eps_decay_episodes", "target_update_every", "val_every", "val_from"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DQNConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.learning_starts < self.batch_size:
             raise ValueError(f"DQNConfig.learning_starts ({self.learning_starts}) must be >= "
                              f"batch_size ({self.batch_size})")
+        if self.val_from > self.episodes:
+            raise ValueError(f"DQNConfig.val_from ({self.val_from}) must be <= episodes ({self.episodes}): "
+                             "no checkpoint could be selected")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"DQNConfig.gamma must lie in [0, 1], got {self.gamma}")
         self.hidden = tuple(int(h) for h in self.hidden)
@@ -184,6 +192,11 @@ class DQNAgent:
         self.replay = Replay(obs_dim, cfg.buffer_size)
         self.rng = np.random.default_rng(cfg.seed)
         self.scale = torch.tensor(cfg.obs_scale or (1.0,) * obs_dim, dtype=torch.float32)
+        # acting asks the network one observation at a time, where torch's per-call overhead is
+        # several times the arithmetic: numpy views of the live weights (updated in place by the
+        # optimiser and by load_state_dict) answer instead, as in GreedyPolicy
+        self._layers = _numpy_layers(self.net, copy=False)
+        self._np_scale = self.scale.numpy()
         self.episode = 0
         self.updates = 0
         self.epsilon = epsilon(cfg, 0)
@@ -193,6 +206,8 @@ class DQNAgent:
 
     def q_values(self, obs) -> np.ndarray:
         """Q(s, ·) for one observation (shape (obs_dim,)) or a batch (shape (n, obs_dim))."""
+        if self._layers is not None:
+            return _numpy_forward(self._layers, self._np_scale, obs)
         x = torch.as_tensor(np.asarray(obs, np.float32))
         with torch.no_grad():
             return self._forward(self.net, x).numpy()
@@ -207,7 +222,9 @@ class DQNAgent:
         """Store one transition of any agent in the shared replay (its reward checked first)."""
         if not 0 <= int(a) < self.n_actions:
             raise ValueError(f"action {a} outside [0, {self.n_actions})")
-        where = f"the transition state={np.asarray(s).tolist()}, action={int(a)}, next_state={np.asarray(s2).tolist()}"
+        def where() -> str:
+            return f"the transition state={np.asarray(s).tolist()}, action={int(a)}, next_state={np.asarray(s2).tolist()}"
+
         self.replay.add(s, int(a), check_reward(r, where), s2, bool(done))
 
     def _update(self) -> float:
@@ -320,19 +337,10 @@ class GreedyPolicy:
 
     def q_values(self, obs) -> np.ndarray:
         """Q(s, ·) for one observation (shape (obs_dim,)) or a batch (shape (n, obs_dim)), float32."""
-        x = np.asarray(obs, np.float32)
         if self._layers is None:
             with torch.no_grad():
-                return self.net(torch.as_tensor(x) / self.scale).numpy()
-        x = x / self._scale  # float32 / float32: the same rounding as the torch division
-        for weight_t, bias in self._layers:  # x is always a fresh array here: in place is safe
-            if weight_t is None:
-                np.maximum(x, 0, out=x)
-            else:
-                x = x @ weight_t
-                if bias is not None:
-                    x += bias
-        return x
+                return self.net(torch.as_tensor(np.asarray(obs, np.float32)) / self.scale).numpy()
+        return _numpy_forward(self._layers, self._scale, obs)
 
     def __call__(self, obs) -> int:
         return int(np.argmax(self.q_values(obs)))
@@ -344,10 +352,24 @@ class GreedyPolicy:
         self.__init__(state["net"], state["scale"])
 
 
-def _numpy_layers(net: nn.Module) -> list[tuple[np.ndarray | None, np.ndarray | None]] | None:
+def _numpy_forward(layers: list[tuple[np.ndarray | None, np.ndarray | None]], scale: np.ndarray, obs) -> np.ndarray:
+    """The forward pass of :func:`_numpy_layers`' network on ``obs / scale`` (float32)."""
+    x = np.asarray(obs, np.float32) / scale  # float32 / float32: the same rounding as the torch division
+    for weight_t, bias in layers:  # x is always a fresh array here: in place is safe
+        if weight_t is None:
+            np.maximum(x, 0, out=x)
+        else:
+            x = x @ weight_t
+            if bias is not None:
+                x += bias
+    return x
+
+
+def _numpy_layers(net: nn.Module, copy: bool = True) -> list[tuple[np.ndarray | None, np.ndarray | None]] | None:
     """``(W.T, b)`` per ``nn.Linear`` and ``(None, None)`` per ``nn.ReLU`` of a CPU float32
-    ``nn.Sequential`` of exactly those layer types (copies, in order); None for any other network
-    (it then runs through torch)."""
+    ``nn.Sequential`` of exactly those layer types, in order; None for any other network (it then
+    runs through torch). With ``copy`` the arrays are frozen copies; without, views that share
+    memory with the parameters and so follow in-place updates."""
     if type(net) is not nn.Sequential or len(net) == 0:
         return None
     layers: list[tuple[np.ndarray | None, np.ndarray | None]] = []
@@ -358,8 +380,10 @@ def _numpy_layers(net: nn.Module) -> list[tuple[np.ndarray | None, np.ndarray | 
             params = [p for p in (layer.weight, layer.bias) if p is not None]
             if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in params):
                 return None
-            weight_t = layer.weight.detach().numpy().T.copy()  # copies (C order): frozen here
-            bias = layer.bias.detach().numpy().copy() if layer.bias is not None else None
+            weight_t = layer.weight.detach().numpy().T
+            bias = layer.bias.detach().numpy() if layer.bias is not None else None
+            if copy:  # C-order copies: frozen here
+                weight_t, bias = weight_t.copy(), (bias.copy() if bias is not None else None)
             layers.append((weight_t, bias))
         else:
             return None

@@ -129,7 +129,7 @@ def record_claim(frame: pd.DataFrame, missing: dict[str, str], label: str, refer
 
     why = missing.get(label) or missing.get(reference)
     if why:
-        return study.claim(paper="bus", needs=why.removeprefix("not run: "), **claim)
+        return study.claim(paper="bus", needs=why.removeprefix("not run: needs "), **claim)
     return study.claim(paper="bus", ours=paired(frame, label, reference, measure), **claim)
 
 
