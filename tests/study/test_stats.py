@@ -27,6 +27,8 @@ def test_single_value_has_no_interval_and_no_verdict():
     est = stats.mean_ci([4.2])
     assert math.isnan(est.low) and math.isnan(est.high)
     assert est.format() == "4.2 (n = 1, no CI)"
+    # identical units (a deterministic simulator on several seeds): no "± 0.0" that reads as precision
+    assert stats.mean_ci([7.0, 7.0, 7.0]).format() == "7.0 (n = 3, all equal)"
     assert stats.verdict(est) == stats.NO_DIFFERENCE
 
 

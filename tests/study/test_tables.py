@@ -38,16 +38,16 @@ def test_paired_differences_and_verdicts():
     col = "Δ travel vs RL"
     assert s.frame.loc["RL", col] == "reference" and ("RL", "travel") not in s.differences
     assert s.frame.loc["LLM", col] == "2.0 ± 2.5 (no detectable difference)"
-    assert s.frame.loc["worse", col] == "2.0 ± 0.0 (worse)"
+    assert s.frame.loc["worse", col] == "2.0 (n = 3, all equal) (worse)"
     shuffled = s.differences["shuffled", "travel"]
     assert shuffled.mean == pytest.approx(18.0) and shuffled.half_width == pytest.approx(T2 * 9.0 / math.sqrt(3))
     higher = tables.summarize(RESULTS, ["travel"], reference="RL", lower_is_better={"travel": False})
-    assert higher.frame.loc["worse", col] == "2.0 ± 0.0 (better)"
+    assert higher.frame.loc["worse", col] == "2.0 (n = 3, all equal) (better)"
 
 
 def test_relative_differences_in_percent_of_the_reference():
     s = tables.summarize(RESULTS, "travel", reference="RL", relative=True, digits=0)
-    assert s.frame.loc["worse", "Δ travel vs RL (%)"] == "100 ± 0 % (worse)"  # 2 / mean(RL) = 2 / 2
+    assert s.frame.loc["worse", "Δ travel vs RL (%)"] == "100 % (n = 3, all equal) (worse)"  # 2 / mean(RL) = 2 / 2
     assert "in % of RL's mean" in s.caption
 
 

@@ -48,12 +48,16 @@ class Estimate:
         return not (math.isnan(self.low) or math.isnan(self.high)) and (self.low > 0 or self.high < 0)
 
     def format(self, digits: int = 1) -> str:
-        """``12.3 ± 0.4`` (the ± is the CI half-width), or ``12.3 (n = 1, no CI)``."""
+        """``12.3 ± 0.4`` (the ± is the CI half-width), ``12.3 (n = 1, no CI)``, or ``12.3 (n = 3,
+        all equal)`` when every unit gave the same value (a deterministic simulator run on several
+        seeds, or a measure that is 0 by construction): a "± 0.0" would read as a precise estimate."""
         unit = f" {self.unit}" if self.unit else ""
         if math.isnan(self.mean):
             return "n/a"
         if math.isnan(self.low):
             return f"{self.mean:.{digits}f}{unit} (n = {self.n}, no CI)"
+        if self.low == self.high:
+            return f"{self.mean:.{digits}f}{unit} (n = {self.n}, all equal)"
         return f"{self.mean:.{digits}f} ± {self.half_width:.{digits}f}{unit}"
 
     def format_interval(self, digits: int = 1) -> str:
