@@ -53,3 +53,31 @@ def test_paired_runs_pairs_on_the_right_units():
 def test_unknown_learned_baseline_is_refused():
     with pytest.raises(ValueError, match="unknown learned baseline 'FRAP'"):
         baseline_jobs.train_baseline("FRAP", "synthetic", 0, 600, [8], 1, 1, 1, 10, 10)
+
+
+def test_training_trend_compares_the_last_episodes_with_the_ones_before():
+    history = [{"episode": e, "queue": q} for e, q in enumerate([50.0, 40.0, 10.0, 10.0, 10.0, 8.0, 8.0, 8.0])]
+    assert baseline_jobs.training_trend(history) == pytest.approx(-20.0)  # (8 - 10) / 10, window 3
+    assert baseline_jobs.training_trend(history, window=1) == pytest.approx(0.0)
+    assert baseline_jobs.training_trend(history, window=4) == pytest.approx(100 * (8.5 - 27.5) / 27.5)  # [10, 8, 8, 8] vs [50, 40, 10, 10]
+    with pytest.raises(ValueError, match="need at least 10"):
+        baseline_jobs.training_trend(history, window=5)
+    with pytest.raises(ValueError, match="is 0"):
+        baseline_jobs.training_trend([{"queue": 0.0}, {"queue": 1.0}], window=1)
+
+
+def _history(*queues):
+    return [{"episode": e, "queue": q} for e, q in enumerate(queues)]
+
+
+def test_convergence_states_whether_a_row_still_improves():
+    falling = _history(10.0, 10.0, 10.0, 8.0, 8.0, 8.0)  # -20 %
+    assert baseline_jobs.convergence([falling] * 3).startswith("still improving: -20.0 % (n = 3, all equal)")
+    flat = [_history(10, 10, 10, 10, 10, q) for q in (8.8, 10.3, 10.0)]  # -4 %, +1 %, 0 %
+    assert baseline_jobs.convergence(flat).startswith("plateaued (within ±5 %): -1.0 ± ")
+    assert baseline_jobs.convergence([_history(10, 10, 10, 11, 11, 11)] * 2).startswith("getting worse")
+    assert baseline_jobs.convergence([falling]).endswith("(queue, last 3 vs previous 3 training episodes)")
+    assert "last 1 vs previous 1" in baseline_jobs.convergence([_history(10.0, 5.0, 7.0), falling])  # shortest: 3
+    assert baseline_jobs.convergence([_history(10.0)]) == "too few training episodes to tell"
+    with pytest.raises(ValueError):
+        baseline_jobs.convergence([])

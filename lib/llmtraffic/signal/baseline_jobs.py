@@ -9,10 +9,16 @@ seed only draws vehicle priorities at conflicts), so counting eval seeds as unit
 zero-width interval for one trained agent. :func:`per_agent` therefore averages each agent seed's
 eval runs into one unit; a fixed controller's units stay its eval seeds. :func:`paired_runs`
 pairs two rows on those units (a fixed reference is averaged over the same eval seeds).
+
+**Convergence.** A learned row is only a yardstick if its agents stopped improving.
+:func:`training_trend` measures, per agent, how much the mean queue of its last training
+episodes changed against the episodes before them; :func:`convergence` states it for a row
+("still improving" while the mean change is below −``PLATEAU_PCT``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,12 +26,17 @@ import numpy as np
 import pandas as pd
 
 from .. import study
+from ..study.stats import mean_ci
 from ..rl.ippo import IPPOConfig, train_ippo
 from .baselines import IDQN, DeepRLConfig, PressLight, train
 from .scenarios import load
 
 KINDS = {"IDQN": IDQN, "PressLight": PressLight}
 LEARNED = (*KINDS, "IPPO")
+TREND_WINDOW = 3
+"""Training episodes per half of the trend comparison (the last 3 against the 3 before)."""
+PLATEAU_PCT = 5.0
+"""A row whose mean trend stays within ±5 % of the earlier episodes' queue counts as plateaued."""
 
 
 def train_baseline(method: str, scenario: str, agent_seed: int, episode_s: int, hidden: list[int],
@@ -101,3 +112,37 @@ def paired_runs(units: pd.DataFrame, method: str, reference: str, scenario: str,
     if len(joined) != len(a):
         raise ValueError(f"paired_runs: {method!r} and {reference!r} do not share their {on}s")
     return joined[key].to_numpy(float), joined[f"{key}_ref"].to_numpy(float)
+
+
+def training_trend(history: Sequence[dict], window: int = TREND_WINDOW, key: str = "queue") -> float:
+    """Change of the mean ``key`` over the last ``window`` training episodes against the
+    ``window`` episodes before them, in % of the earlier mean (negative: the queue still falls)."""
+    if window < 1:
+        raise ValueError(f"training_trend: window must be >= 1, got {window}")
+    values = np.array([float(h[key]) for h in history])
+    if values.size < 2 * window:
+        raise ValueError(f"training_trend: {values.size} training episodes, need at least {2 * window}")
+    before, last = values[-2 * window : -window].mean(), values[-window:].mean()
+    if before == 0:
+        raise ValueError(f"training_trend: the mean {key} of the earlier episodes is 0")
+    return float(100.0 * (last - before) / before)
+
+
+def convergence(histories: Sequence[Sequence[dict]], window: int = TREND_WINDOW,
+                plateau_pct: float = PLATEAU_PCT) -> str:
+    """One learned row's convergence from its agents' training histories (one per agent seed),
+    e.g. ``"still improving: -12.3 ± 4.0 % (queue, last 3 vs previous 3 training episodes)"``.
+    The window shrinks to half the shortest history (short smoke runs)."""
+    if not histories:
+        raise ValueError("convergence: no training histories")
+    window = min(window, min(len(h) for h in histories) // 2)
+    if window < 1:
+        return "too few training episodes to tell"
+    est = mean_ci([training_trend(h, window) for h in histories], unit="%")
+    if est.mean < -plateau_pct:
+        state = "still improving"
+    elif est.mean > plateau_pct:
+        state = "getting worse"
+    else:
+        state = f"plateaued (within ±{plateau_pct:g} %)"
+    return f"{state}: {est.format(1)} (queue, last {window} vs previous {window} training episodes)"
