@@ -13,11 +13,13 @@ pairs two rows on those units (a fixed reference is averaged over the same eval 
 **Convergence.** A learned row is only a yardstick if its agents stopped improving.
 :func:`training_trend` measures, per agent, how much the mean queue of its last training
 episodes changed against the episodes before them; :func:`convergence` states it for a row
-("still improving" while the mean change is below −``PLATEAU_PCT``).
+("plateaued" when the 95 % CI of that change lies within ±``PLATEAU_PCT``, "still improving"
+when it lies below 0).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -36,7 +38,7 @@ LEARNED = (*KINDS, "IPPO")
 TREND_WINDOW = 3
 """Training episodes per half of the trend comparison (the last 3 against the 3 before)."""
 PLATEAU_PCT = 5.0
-"""A row whose mean trend stays within ±5 % of the earlier episodes' queue counts as plateaued."""
+"""A row whose trend's 95 % CI lies within ±5 % of the earlier episodes' queue counts as plateaued."""
 
 
 def train_baseline(method: str, scenario: str, agent_seed: int, episode_s: int, hidden: list[int],
@@ -139,10 +141,13 @@ def convergence(histories: Sequence[Sequence[dict]], window: int = TREND_WINDOW,
     if window < 1:
         return "too few training episodes to tell"
     est = mean_ci([training_trend(h, window) for h in histories], unit="%")
-    if est.mean < -plateau_pct:
+    low, high = (est.mean, est.mean) if math.isnan(est.low) else (est.low, est.high)  # one agent: its value
+    if -plateau_pct <= low and high <= plateau_pct:
+        state = f"plateaued (within ±{plateau_pct:g} %)"
+    elif high < 0:
         state = "still improving"
-    elif est.mean > plateau_pct:
+    elif low > 0:
         state = "getting worse"
     else:
-        state = f"plateaued (within ±{plateau_pct:g} %)"
+        state = f"not settled (the CI spans more than ±{plateau_pct:g} % around 0)"
     return f"{state}: {est.format(1)} (queue, last {window} vs previous {window} training episodes)"
