@@ -50,6 +50,40 @@ def test_table_cells_never_show_jammed_improvements_and_all_invalid_is_na():
     assert table.loc["shaped", "Same run as"] == "Fig. 9, H_R = 0"
 
 
+def _learned(per_agent):
+    """A deep-RL row: agent seed -> its queues on eval seeds 100, 101 (units: agent seeds)."""
+    return {**pool([_runs(q) for q in per_agent.values()], agent_seeds=list(per_agent)), "units": "agent seeds"}
+
+
+def test_a_deep_rl_row_counts_agent_seeds_not_eval_runs():
+    idqn = _learned({0: [10, 10], 1: [20, 20], 2: [30, 30]})  # one run per agent whatever the seed (CityFlow)
+    before = _runs([40, 50])
+    table = ci_table({"before": before, "IDQN": idqn}, reference="before")
+    assert table.loc["IDQN", "Queue"] == f"20.00 ± {stats.t.ppf(0.975, 2) * 10 / math.sqrt(3):.2f}"  # 3 units, sd 10
+    assert table.loc["IDQN", "n"] == "3 agent seeds" and table.loc["before", "n"] == "2"
+    d = paired(idqn, before, "queue", relative=False)  # each agent against before's mean over seeds 100-101 (45)
+    assert (d.n, d.mean) == (3, pytest.approx(-25.0))
+    assert paired(before, idqn, "queue", relative=False).mean == pytest.approx(25.0)
+    presslight = _learned({0: [12, 14], 1: [18, 18], 2: [36, 30]})  # agent means 13, 18, 33
+    both = paired(presslight, idqn, "queue", relative=False)
+    assert (both.n, both.mean) == (3, pytest.approx((3 - 2 + 3) / 3))
+    with pytest.raises(ValueError, match="every eval seed"):
+        paired(idqn, _runs([40], seeds=(100,)), "queue")
+    with pytest.raises(ValueError, match="agent seeds"):
+        paired(idqn, _learned({0: [1, 1], 5: [1, 1], 2: [1, 1]}), "queue")
+
+
+def test_learned_evaluation_runs_every_agent_on_every_eval_seed():
+    from llmtraffic.signal.baselines import MaxPressure
+    from llmtraffic.signal.controls import learned_evaluation
+    e = learned_evaluation("MaxPressure", "synthetic", {3: MaxPressure(), 7: MaxPressure()}, [1, 2], episode_s=120)
+    assert e["units"] == "agent seeds"
+    assert [(r["agent_seed"], r["seed"]) for r in e["runs"]] == [(3, 1), (3, 2), (7, 1), (7, 2)]
+    assert [r["queue"] for r in e["runs"][:2]] == [r["queue"] for r in e["runs"][2:]]  # same controller, same seeds
+    with pytest.raises(ValueError, match="no trained"):
+        learned_evaluation("IDQN", "synthetic", {}, [1])
+
+
 PHASES = (Phase(0, "NS", "north-south", (Movement("n", "s", "N", "through"),)),
           Phase(1, "EW", "east-west", (Movement("e", "w", "E", "through"), Movement("w", "e", "W", "through"))))
 

@@ -18,9 +18,10 @@ A shaping "helps" only where it beats the plain reward *and* these controls (see
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .. import study
-from .evaluation import CLASSIC, COLUMNS, evaluate
+from .evaluation import CLASSIC, COLUMNS, evaluate, evaluate_method
 from .state import IntersectionState
 from .surrogate import max_queue_phase
 
@@ -43,17 +44,39 @@ class MaxQueueController:
         return "MaxQueueController()"
 
 
+def _run(seed: int, result: dict) -> dict:
+    """One run of an evaluation (see :mod:`.llm_jobs`) from an :func:`.evaluation.evaluate` result."""
+    queues = result["queue_series"]
+    return {"seed": seed, **{k: result[k] for k in (*COLUMNS, "deadlock", "deadlock_time_s")},
+            "invalid_rate": 0.0, "queue_series": list(queues),
+            "r_env": [float(a - b) for a, b in zip(queues, queues[1:])]}
+
+
 def controller_evaluation(controller, scenario: str, eval_seeds: Sequence[int], episode_s: int = 3600) -> dict:
     """A controller without answers on ``eval_seeds`` as an evaluation (the shape of
     :func:`llmtraffic.signal.llm_jobs.evaluate_run`; no agreement or traces)."""
-    runs = []
-    for seed in eval_seeds:
-        result = evaluate(scenario, controller, seed=seed, episode_s=episode_s)
-        queues = result["queue_series"]
-        runs.append({"seed": seed, **{k: result[k] for k in (*COLUMNS, "deadlock", "deadlock_time_s")},
-                     "invalid_rate": 0.0, "queue_series": list(queues),
-                     "r_env": [float(a - b) for a, b in zip(queues, queues[1:])]})
+    runs = [_run(seed, evaluate(scenario, controller, seed=seed, episode_s=episode_s)) for seed in eval_seeds]
     return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": [], "traces": []}
+
+
+def learned_evaluation(method: str, scenario: str, controllers: dict[int, Any], eval_seeds: Sequence[int],
+                       episode_s: int = 3600, executor: str = "serial", jobs: int | None = None) -> dict:
+    """A deep-RL row of Table 1 (IDQN, PressLight, IPPO: one trained controller per agent seed,
+    e.g. from :func:`.baseline_jobs.train_all`) on the LLM rows' eval seeds, so that one table
+    holds the classic, deep-RL and LLM rows on the same episodes.
+
+    Its runs carry their ``agent_seed``, and its units are the agent seeds (``"units": "agent
+    seeds"``, see :func:`.llm_tables.unit_values`): a greedy agent gives one run whatever the eval
+    seed on CityFlow, so its eval runs are not independent."""
+    if not controllers:
+        raise ValueError(f"learned_evaluation: no trained {method} controllers")
+    tasks = [dict(method=method, scenario=scenario, seed=s, episode_s=episode_s, controller=c)
+             for c in controllers.values() for s in eval_seeds]
+    results = study.run_grid(evaluate_method, tasks, executor=executor, jobs=jobs, desc=f"{method} episodes")
+    agents = [a for a in controllers for _ in eval_seeds]
+    runs = [{**_run(t["seed"], r), "agent_seed": a} for t, r, a in zip(tasks, results, agents)]
+    return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": [], "traces": [],
+            "units": "agent seeds"}
 
 
 def _cached(kind: str, name: str, make, scenario: str, eval_seeds: Sequence[int], episode_s: int) -> dict:

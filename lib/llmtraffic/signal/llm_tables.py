@@ -42,16 +42,42 @@ def unit_key(run: dict) -> tuple[int, int]:
     return int(run.get("agent_seed", -1)), int(run["seed"])
 
 
+def agent_units(evaluation: dict) -> bool:
+    """Whether the evaluation's independent units are its agent seeds, not its runs (a deep-RL
+    row, :func:`llmtraffic.signal.controls.learned_evaluation`)."""
+    return evaluation.get("units") == "agent seeds"
+
+
+def agent_means(evaluation: dict, key: str) -> dict[int, float]:
+    """``key`` averaged over each agent seed's runs, by agent seed."""
+    groups: dict[int, list[float]] = {}
+    for r in evaluation["runs"]:
+        groups.setdefault(int(r["agent_seed"]), []).append(r[key])
+    return {a: float(np.mean(v)) for a, v in groups.items()}
+
+
+def unit_values(evaluation: dict, key: str) -> list[float]:
+    """``key`` per independent unit: per run, or per agent seed (the mean of its runs) for an
+    evaluation whose units are its agent seeds (:func:`agent_units`)."""
+    if agent_units(evaluation):
+        return list(agent_means(evaluation, key).values())
+    return [r[key] for r in evaluation["runs"]]
+
+
 def estimate(evaluation: dict, key: str) -> Estimate:
-    """Mean and 95 % CI of ``key`` over the evaluation's runs."""
-    return mean_ci([r[key] for r in evaluation["runs"]])
+    """Mean and 95 % CI of ``key`` over the evaluation's units (:func:`unit_values`)."""
+    return mean_ci(unit_values(evaluation, key))
 
 
 def paired(evaluation: dict, reference: dict, key: str, relative: bool = True) -> Estimate:
     """Paired difference ``evaluation − reference`` of ``key`` (in % of the reference with
     ``relative``): runs matched on (agent seed, eval seed) when both sides have agent seeds; a
     side without (the backbone before fine-tuning, a heuristic) is matched on the eval seed alone,
-    once per run of the other side."""
+    once per run of the other side. A side whose units are agent seeds (:func:`agent_units`)
+    pairs each agent seed's mean with the other side's mean over the same eval seeds (per agent
+    seed, when the other side's units are agent seeds too)."""
+    if agent_units(evaluation) or agent_units(reference):
+        return _paired_agents(evaluation, reference, key, relative)
     ev, ref = evaluation["runs"], reference["runs"]
     if _seeded(ev) == _seeded(ref):
         units, other, key_of = ev, ref, unit_key
@@ -66,6 +92,23 @@ def paired(evaluation: dict, reference: dict, key: str, relative: bool = True) -
             raise ValueError(f"paired: no run matches {k} (agent seed, eval seed) on the other side")
         pairs.append((run[key], by_key[k]) if units is ev else (by_key[k], run[key]))
     return paired_difference([a for a, _ in pairs], [b for _, b in pairs], relative=relative)
+
+
+def _paired_agents(evaluation: dict, reference: dict, key: str, relative: bool) -> Estimate:
+    if agent_units(evaluation) and agent_units(reference):
+        a, b = agent_means(evaluation, key), agent_means(reference, key)
+        if a.keys() != b.keys():
+            raise ValueError(f"paired: agent seeds {sorted(a)} and {sorted(b)} differ")
+        return paired_difference([a[s] for s in a], [b[s] for s in a], relative=relative)
+    learned, other = (evaluation, reference) if agent_units(evaluation) else (reference, evaluation)
+    seeds = {r["seed"] for r in learned["runs"]}
+    matched = [r[key] for r in other["runs"] if r["seed"] in seeds]
+    if not seeds <= {r["seed"] for r in other["runs"]}:
+        raise ValueError(f"paired: the other side has no runs on every eval seed of {sorted(seeds)}")
+    units = unit_values(learned, key)
+    level = [float(np.mean(matched))] * len(units)
+    pairs = (units, level) if learned is evaluation else (level, units)
+    return paired_difference(*pairs, relative=relative)
 
 
 def _seeded(runs: list[dict]) -> bool:
@@ -102,7 +145,8 @@ def metric_cells(evaluation: dict) -> dict[str, str]:
         cells = {name: estimate(evaluation, key).format(DIGITS[key]) for key, name in METRICS.items()}
     cells["Invalid answers"] = f"{100 * np.mean([r.get('invalid_rate', 0.0) for r in evaluation['runs']]):.1f} %"
     cells["Jammed"] = f"{jammed(evaluation)}/{len(evaluation['runs'])}"
-    cells["n"] = str(len(evaluation["runs"]))
+    cells["n"] = str(len(evaluation["runs"])) if not agent_units(evaluation) else \
+        f"{len(unit_values(evaluation, 'queue'))} agent seeds"
     return cells
 
 
