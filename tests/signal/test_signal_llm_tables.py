@@ -67,6 +67,7 @@ def test_a_deep_rl_row_counts_agent_seeds_not_eval_runs():
     presslight = _learned({0: [12, 14], 1: [18, 18], 2: [36, 30]})  # agent means 13, 18, 33
     both = paired(presslight, idqn, "queue", relative=False)
     assert (both.n, both.mean) == (3, pytest.approx((3 - 2 + 3) / 3))
+    assert ci_table({"IDQN": _learned({4: [1, 2]})}).loc["IDQN", "n"] == "1 agent seed"
     with pytest.raises(ValueError, match="every eval seed"):
         paired(idqn, _runs([40], seeds=(100,)), "queue")
     with pytest.raises(ValueError, match="agent seeds"):

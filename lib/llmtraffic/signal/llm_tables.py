@@ -145,8 +145,8 @@ def metric_cells(evaluation: dict) -> dict[str, str]:
         cells = {name: estimate(evaluation, key).format(DIGITS[key]) for key, name in METRICS.items()}
     cells["Invalid answers"] = f"{100 * np.mean([r.get('invalid_rate', 0.0) for r in evaluation['runs']]):.1f} %"
     cells["Jammed"] = f"{jammed(evaluation)}/{len(evaluation['runs'])}"
-    cells["n"] = str(len(evaluation["runs"])) if not agent_units(evaluation) else \
-        f"{len(unit_values(evaluation, 'queue'))} agent seeds"
+    agents = len(unit_values(evaluation, "queue"))
+    cells["n"] = f"{agents} agent seed{'s' * (agents != 1)}" if agent_units(evaluation) else str(len(evaluation["runs"]))
     return cells
 
 
