@@ -76,6 +76,28 @@ def test_one_agents_experience_moves_every_agents_q_values():
     assert not np.allclose(policies["stop_5"].q_values(obs_other), before)
 
 
+def _torch_q(agent: DQNAgent, obs) -> np.ndarray:
+    with torch.no_grad():
+        return agent.net(torch.as_tensor(np.asarray(obs, np.float32)) / agent.scale).numpy()
+
+
+def test_an_agent_sent_to_a_process_pool_acts_on_its_own_weights():
+    """Pickled as a process pool pickles it (torch moves its tensors to shared memory first),
+    the agent's fast numpy path must view the unpickled tensors: it answers as its network does,
+    and keeps doing so after the optimiser changes the weights in place."""
+    from multiprocessing.reduction import ForkingPickler
+
+    cfg = toy_config(learning_starts=32, updates_per_episode=5, obs_scale=(2.0, 4.0))
+    sent = DQNAgent(2, 2, cfg)
+    for _ in range(40):
+        sent.remember(S0, 1, 1.0, S0, True)
+    got = ForkingPickler.loads(bytes(ForkingPickler.dumps(sent)))
+    obs = np.array([[0.3, 0.7], [1.0, -2.0]])
+    np.testing.assert_allclose(got.q_values(obs), _torch_q(got, obs), rtol=1e-6)
+    got.end_episode()  # 5 updates, in place
+    np.testing.assert_allclose(got.q_values(obs), _torch_q(got, obs), rtol=1e-6)
+
+
 def test_no_update_before_learning_starts_and_bad_action_is_rejected():
     agent = DQNAgent(2, 2, toy_config())
     for _ in range(63):

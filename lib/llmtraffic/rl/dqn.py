@@ -195,11 +195,25 @@ class DQNAgent:
         # acting asks the network one observation at a time, where torch's per-call overhead is
         # several times the arithmetic: numpy views of the live weights (updated in place by the
         # optimiser and by load_state_dict) answer instead, as in GreedyPolicy
-        self._layers = _numpy_layers(self.net, copy=False)
-        self._np_scale = self.scale.numpy()
+        self._views()
         self.episode = 0
         self.updates = 0
         self.epsilon = epsilon(cfg, 0)
+
+    def _views(self) -> None:
+        self._layers = _numpy_layers(self.net, copy=False)
+        self._np_scale = self.scale.numpy()
+
+    def __getstate__(self) -> dict:
+        # The numpy views are not pickled but rebuilt on the other side: they must view the
+        # unpickled tensors. Pickled by value they would be frozen copies, and when pickled for
+        # a process pool torch first moves each tensor's storage to shared memory, so a view
+        # pickled after its tensor holds freed memory (IDQN agents came back acting on garbage).
+        return {k: v for k, v in self.__dict__.items() if k not in ("_layers", "_np_scale")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._views()
 
     def _forward(self, net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
         return net(obs / self.scale)
