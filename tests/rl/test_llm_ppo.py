@@ -128,6 +128,7 @@ def test_batched_scoring_of_padded_exchanges_equals_one_at_a_time():
                 p.normal_(0, 0.5, generator=torch.Generator().manual_seed(1))
     exchanges = [policy.sample(prompt)[1] for prompt in ("queue", "queue 3 near 4 near", "<signal>", "NTST 1")]
     assert len({len(e.prompt_ids) for e in exchanges}) > 1  # prompts of different lengths get padded
+    assert isinstance(policy._sampler(), SmallDecoder) and policy._reference is not None  # scored by the decoders
     policy.score_pending()
     assert policy.pending == []
     for ex in exchanges:

@@ -1,5 +1,7 @@
 """The plain-torch decoder computes the model's function and samples like ``generate``."""
 
+import copy
+
 import pytest
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
@@ -70,3 +72,45 @@ def test_it_refuses_models_it_cannot_run():
     assert supports(model)
     with pytest.raises(ValueError, match="float32 Qwen2"):
         SmallDecoder(model.to(torch.float64))
+
+
+def test_answers_to_prompts_of_different_lengths_in_one_batch_are_each_rows_own():
+    """Left-padded rows: each answer is the one its prompt gets alone, from its own generator."""
+    model, tok = tiny()
+    decoder = SmallDecoder(model)
+    prompts = [tok(t, return_tensors="pt").input_ids[0] for t in ("Queue", "Queue on north approach: 12", "ETWT NTST")]
+    assert len({len(p) for p in prompts}) == 3
+    gens = lambda: [torch.Generator().manual_seed(s) for s in (4, 5, 6)]  # noqa: E731
+    together = decoder.sample_each(prompts, 10, [0], 0, temperature=1.0, generators=gens())
+    for r, (p, g) in enumerate(zip(prompts, gens())):
+        alone = decoder.sample(p, 1, 10, [0], 0, temperature=1.0, generator=g)[0]
+        assert torch.equal(together[r, : len(alone)], alone)
+        assert (together[r, len(alone):] == 0).all()  # padded after its stop (or not longer)
+    # greedy: the batched logits are the model's, so argmax answers match generate's per prompt
+    greedy = decoder.sample_each(prompts, 6, [0], 0, temperature=0)
+    for r, p in enumerate(prompts):
+        ref = model.generate(input_ids=p[None], max_new_tokens=6, do_sample=False, eos_token_id=[0], pad_token_id=0)
+        ref = ref[0, len(p):]
+        assert torch.equal(greedy[r, : len(ref)], ref)
+
+
+def test_models_side_by_side_each_answer_their_own_block_of_prompts():
+    model, tok = tiny()
+    other = copy.deepcopy(model)
+    with torch.no_grad():  # another "adapter": only the linear layers differ
+        for name, p in other.named_parameters():
+            if name.endswith("proj.weight"):
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(9)) * 0.2)
+    prompts = [tok(t, return_tensors="pt").input_ids[0] for t in ("Queue on north", "ETWT", "Queue", "NTST 12")]
+    gens = lambda: [torch.Generator().manual_seed(s) for s in (1, 2, 3, 4)]  # noqa: E731
+    both = SmallDecoder(model, other).sample_each(prompts, 8, [0], 0, generators=gens())
+    for r, (decoder, p, g) in enumerate(zip([SmallDecoder(model)] * 2 + [SmallDecoder(other)] * 2, prompts, gens())):
+        alone = decoder.sample(p, 1, 8, [0], 0, generator=g)[0]
+        assert torch.equal(both[r, : len(alone)], alone)
+    assert not torch.equal(SmallDecoder(model, other).sample_each(prompts[:1] * 2, 8, [0], 0, temperature=0)[0],
+                           SmallDecoder(model, other).sample_each(prompts[:1] * 2, 8, [0], 0, temperature=0)[1])
+    with pytest.raises(ValueError, match="equal blocks"):
+        SmallDecoder(model, other).sample_each(prompts[:3], 8, [0], 0)
+    other.model.norm.weight.data.mul_(2)
+    with pytest.raises(ValueError, match="outside their linear layers"):
+        SmallDecoder(model, other)

@@ -30,31 +30,60 @@ def supports(model) -> bool:
 
 
 class SmallDecoder:
-    """KV-cache decoding of ``model`` (see :func:`supports`), weights read at construction."""
+    """KV-cache decoding of ``model`` (see :func:`supports`), weights read at construction.
 
-    def __init__(self, model):
-        if not supports(model):
+    Given ``more`` models that differ from ``model`` in their linear layers only (merged copies
+    of one base with different adapters), it runs all of them side by side: in
+    :meth:`sample_each` the rows form one equal block per model, in order, and each block's
+    linear layers use its own model's weights (one batched matmul for all)."""
+
+    def __init__(self, model, *more):
+        if not all(supports(m) for m in (model, *more)):
             raise ValueError("SmallDecoder runs float32 Qwen2 models with default RoPE on CPU only")
+        for other in more:
+            if not all(torch.equal(a, b) for a, b in zip(_shared(model), _shared(other), strict=True)):
+                raise ValueError("SmallDecoder: the models differ outside their linear layers")
+        self.models = 1 + len(more)
         cfg, core = model.config, model.model
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.embed = core.embed_tokens.weight
         self.lm_head = model.lm_head.weight
         self.norm = (core.norm.weight, core.norm.variance_epsilon)
-        self.layers = [self._layer(layer) for layer in core.layers]
+        self.layers = [self._layer([m.model.layers[i] for m in (model, *more)]) for i in range(len(core.layers))]
         positions = torch.arange(cfg.max_position_embeddings)[None]
         with torch.no_grad():
             cos, sin = core.rotary_emb(self.embed[:1], positions)
         self.cos, self.sin = cos[0], sin[0]  # (positions, head_dim)
 
     @staticmethod
-    def _layer(layer) -> dict:
-        a, m = layer.self_attn, layer.mlp
+    def _layer(layers: list) -> dict:
+        """One layer's weights; with several models, each linear weight stacked (models, out, in)."""
+        layer = layers[0]
+
+        def linear(get) -> tuple[Tensor, Tensor | None]:
+            modules = [get(x) for x in layers]
+            if len(modules) == 1:
+                return modules[0].weight, modules[0].bias
+            bias = None if modules[0].bias is None else torch.stack([m.bias.detach() for m in modules])
+            return torch.stack([m.weight.detach() for m in modules]), bias
+
         return {"norm1": (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon),
                 "norm2": (layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon),
-                "q": (a.q_proj.weight, a.q_proj.bias), "k": (a.k_proj.weight, a.k_proj.bias),
-                "v": (a.v_proj.weight, a.v_proj.bias), "o": (a.o_proj.weight, a.o_proj.bias),
-                "gate": m.gate_proj.weight, "up": m.up_proj.weight, "down": m.down_proj.weight}
+                "q": linear(lambda x: x.self_attn.q_proj), "k": linear(lambda x: x.self_attn.k_proj),
+                "v": linear(lambda x: x.self_attn.v_proj), "o": linear(lambda x: x.self_attn.o_proj),
+                "gate": linear(lambda x: x.mlp.gate_proj), "up": linear(lambda x: x.mlp.up_proj),
+                "down": linear(lambda x: x.mlp.down_proj)}
+
+    def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """``x @ weight.T + bias``; with several models, row block i uses model i's weight."""
+        if self.models == 1:
+            return F.linear(x, weight, bias)
+        rows, length, width = x.shape
+        y = torch.bmm(x.reshape(self.models, -1, width), weight.transpose(1, 2))
+        if bias is not None:
+            y = y + bias[:, None, :]
+        return y.view(rows, length, -1)
 
     # --- the model's function -----------------------------------------------------------
 
@@ -63,34 +92,64 @@ class SmallDecoder:
         weight, eps = norm
         return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
-    def _rotate(self, x: Tensor, start: int) -> Tensor:
-        """RoPE on (batch, heads, length, head_dim) at positions start, start + 1, …"""
-        cos, sin = self.cos[start : start + x.shape[2]], self.sin[start : start + x.shape[2]]
+    def _rotate(self, x: Tensor, start: int, positions: Tensor | None = None) -> Tensor:
+        """RoPE on (batch, heads, length, head_dim) at positions start, start + 1, … or, given,
+        at each row's ``positions`` (batch, length)."""
+        if positions is None:
+            cos, sin = self.cos[start : start + x.shape[2]], self.sin[start : start + x.shape[2]]
+        else:
+            cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
         half = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
 
     def forward(self, ids: Tensor, cache: list[tuple[Tensor, Tensor]] | None = None) -> tuple[Tensor, list]:
         """Logits of the last position of each row of ``ids`` (batch, length) following
         ``cache`` (one (keys, values) per layer, or None), and the extended cache."""
+        h, new_cache = self._trunk(ids, cache)
+        return self.output(self._rms(h[:, -1], self.norm)), new_cache
+
+    def hidden(self, ids: Tensor) -> Tensor:
+        """The last hidden state (after the final norm) at every position of ``ids`` (batch,
+        length), as the model's ``last_hidden_state``. Rows may be right-padded: attention is
+        causal, so padding after a row's end changes none of its earlier positions."""
+        self._one_model("hidden")
+        return self._rms(self._trunk(ids, None)[0], self.norm)
+
+    def _one_model(self, what: str) -> None:
+        if self.models != 1:
+            raise ValueError(f"SmallDecoder.{what} runs one model; this decoder holds {self.models}")
+
+    def output(self, h: Tensor) -> Tensor:
+        """The LM head: logits of hidden states ``h``."""
+        return F.linear(h, self.lm_head)
+
+    def _trunk(self, ids: Tensor, cache: list[tuple[Tensor, Tensor]] | None, positions: Tensor | None = None,
+               mask: Tensor | None = None) -> tuple[Tensor, list]:
+        """The decoder layers: hidden states before the final norm, and the extended cache.
+
+        Rows of one prompt each (see :meth:`sample_each`) pass their own ``positions`` (batch,
+        length) and an attention ``mask`` (batch, 1, length, keys; True = may attend); without
+        them, positions follow the cache and attention is causal."""
         batch, length = ids.shape
         start = 0 if cache is None else cache[0][0].shape[2]
         h = F.embedding(ids, self.embed)
         new_cache = []
         for i, p in enumerate(self.layers):
             x = self._rms(h, p["norm1"])
-            q = F.linear(x, *p["q"]).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
-            k = F.linear(x, *p["k"]).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-            v = F.linear(x, *p["v"]).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-            q, k = self._rotate(q, start), self._rotate(k, start)
+            q = self._linear(x, *p["q"]).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+            k = self._linear(x, *p["k"]).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = self._linear(x, *p["v"]).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
+            q, k = self._rotate(q, start, positions), self._rotate(k, start, positions)
             if cache is not None:
                 k, v = torch.cat((cache[i][0], k), 2), torch.cat((cache[i][1], v), 2)
             new_cache.append((k, v))
-            attn = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None and length > 1,
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                  is_causal=mask is None and cache is None and length > 1,
                                                   enable_gqa=self.heads != self.kv_heads)
-            h = h + F.linear(attn.transpose(1, 2).reshape(batch, length, -1), *p["o"])
+            h = h + self._linear(attn.transpose(1, 2).reshape(batch, length, -1), *p["o"])
             x = self._rms(h, p["norm2"])
-            h = h + F.linear(F.silu(F.linear(x, p["gate"])) * F.linear(x, p["up"]), p["down"])
-        return F.linear(self._rms(h[:, -1], self.norm), self.lm_head), new_cache
+            h = h + self._linear(F.silu(self._linear(x, *p["gate"])) * self._linear(x, *p["up"]), *p["down"])
+        return h, new_cache
 
     # --- sampling ------------------------------------------------------------------------
 
@@ -100,6 +159,7 @@ class SmallDecoder:
                generator: torch.Generator | None = None) -> Tensor:
         """``n`` answers to ``prompt`` (1-D ids) as (n, steps) ids; a finished row is padded with
         ``pad_id`` after its stop token, as ``generate`` does. ``temperature=0``: greedy."""
+        self._one_model("sample")
         logits, cache = self.forward(prompt[None])
         logits = logits.expand(n, -1)
         cache = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in cache]
@@ -115,6 +175,59 @@ class SmallDecoder:
                 break
             logits, cache = self.forward(token[:, None], cache)
         return torch.stack(out, 1)
+
+
+    @torch.no_grad()
+    def sample_each(self, prompts: list[Tensor], max_new_tokens: int, stop_ids: list[int], pad_id: int,
+                    temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                    generators: list[torch.Generator] | None = None) -> Tensor:
+        """One answer to each of ``prompts`` (1-D ids, any lengths) in one batch, as (rows, steps)
+        ids padded like :meth:`sample`. Row ``r`` draws from ``generators[r]`` alone, so its answer
+        is the one ``sample(prompts[r], 1, …, generators[r])`` gives (up to float rounding of the
+        batched arithmetic), whatever the other rows are.
+
+        Prompts are left-padded: each row has its own positions, and a mask keeps padding out of
+        every row's attention (a padding position sees itself only, so no row is all-masked).
+        With several models, ``prompts`` holds one equal block per model (see the class)."""
+        rows, lengths = len(prompts), torch.tensor([len(p) for p in prompts])
+        if rows % self.models:
+            raise ValueError(f"sample_each: {rows} prompts do not split into {self.models} equal blocks")
+        width = int(lengths.max())
+        offset = width - lengths
+        ids = torch.full((rows, width), pad_id, dtype=torch.long)
+        for r, p in enumerate(prompts):
+            ids[r, int(offset[r]):] = p
+        columns = torch.arange(width)
+        valid = columns[None] >= offset[:, None]  # (rows, keys): not padding
+        causal = columns[None, :] <= columns[:, None]
+        mask = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
+        h, cache = self._trunk(ids, None, (columns[None] - offset[:, None]).clamp(min=0), mask[:, None])
+        logits = self.output(self._rms(h[:, -1], self.norm))
+        gens = generators or [None] * rows
+        stops = torch.tensor(stop_ids)
+        done = torch.zeros(rows, dtype=torch.bool)
+        out = []
+        for step in range(max_new_tokens):
+            token = torch.cat([next_token(logits[r : r + 1], temperature, top_p, top_k, gens[r]) for r in range(rows)])
+            token = torch.where(done, torch.full_like(token, pad_id), token)
+            out.append(token)
+            done |= torch.isin(token, stops)
+            if bool(done.all()) or step == max_new_tokens - 1:
+                break
+            valid = torch.cat((valid, torch.ones(rows, 1, dtype=torch.bool)), 1)
+            logits, cache = self._step(token, cache, (lengths + step)[:, None], valid[:, None, None, :])
+        return torch.stack(out, 1)
+
+    def _step(self, token: Tensor, cache: list, positions: Tensor, mask: Tensor) -> tuple[Tensor, list]:
+        h, cache = self._trunk(token[:, None], cache, positions, mask)
+        return self.output(self._rms(h[:, -1], self.norm)), cache
+
+
+def _shared(model) -> list[Tensor]:
+    """The weights a LoRA merge leaves alone: embeddings, LM head, norms."""
+    core = model.model
+    norms = [w for layer in core.layers for w in (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)]
+    return [core.embed_tokens.weight, model.lm_head.weight, core.norm.weight, *norms]
 
 
 def next_token(logits: Tensor, temperature: float, top_p: float, top_k: int,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, replace
+from typing import Protocol
 
 import pandas as pd
 
 from .baselines import SOTL, Controller, FixedTime, MaxPressure
 from .env import SignalConfig, SignalEnv
 from .scenarios import Scenario, load
+from .state import IntersectionState
 
 
 def run_episode(env: SignalEnv, controller: Controller, seed: int) -> dict:
@@ -43,6 +47,47 @@ def evaluate(scenario: Scenario | str, controller: Controller, seed: int = 0, ep
     return {**result, "scenario": scenario.name, "simulator": scenario.simulator,
             "simulator_version": version, "controller": repr(controller), "seed": seed,
             **{f"config_{k}": v for k, v in asdict(cfg).items()}}
+
+
+class TogetherController(Protocol):
+    """Answers for several episodes at once (:func:`evaluate_together`)."""
+
+    def reset(self, seeds: Sequence[int]) -> None: ...
+
+    def act(self, episodes: Sequence[int], states: Sequence[IntersectionState]) -> list[int]:
+        """The phase of each of ``episodes`` (indices into the seeds), given its state."""
+
+    def label(self, episode: int) -> str: ...
+
+
+def evaluate_together(scenario: Scenario | str, controller: TogetherController, seeds: Sequence[int],
+                      episode_s: int = 3600, config: SignalConfig | None = None) -> list[dict]:
+    """:func:`evaluate` of one episode per seed, played in lockstep: at each decision the
+    controller answers for every episode still running in one call (an LLM policy samples them
+    in one batch). Each episode runs on its own simulator (SUMO in its own process), so its
+    numbers are :func:`evaluate`'s for its seed whenever the controller's answers are."""
+    if not seeds:
+        raise ValueError("evaluate_together: no seeds")
+    cfg = replace(config or SignalConfig(), episode_s=episode_s, fresh_process=True)
+    scenario = load(scenario)
+    with ExitStack() as stack:
+        envs = [stack.enter_context(SignalEnv(scenario, cfg, seed=seed)) for seed in seeds]
+        infos = [env.reset(seed=seed)[1] for env, seed in zip(envs, seeds)]
+        controller.reset(seeds)
+        running = list(range(len(seeds)))
+        while running:
+            actions = controller.act(running, [infos[i]["state"] for i in running])
+            still = []
+            for i, action in zip(running, actions, strict=True):
+                _, _, terminated, truncated, infos[i] = envs[i].step(action)
+                if not (terminated or truncated):
+                    still.append(i)
+            running = still
+        results = [{**env.summary(), "queue_series": list(env.metrics.queues), "simulator_version": env.sim.version()}
+                   for env in envs]
+    return [{**r, "scenario": scenario.name, "simulator": scenario.simulator, "controller": controller.label(i),
+             "seed": seed, **{f"config_{k}": v for k, v in asdict(cfg).items()}}
+            for i, (r, seed) in enumerate(zip(results, seeds))]
 
 
 # Table 1 of the OracleTSC paper ----------------------------------------------------------

@@ -38,8 +38,8 @@ from .. import study
 from ..study.cache import work_dir
 from ..rl.llm_ppo import LMPolicy, torch_threads
 from .backbones import TORCH_THREADS, backbone_params, backbone_unavailable, load_backbone
-from .evaluation import COLUMNS, evaluate
-from .oracle_training import LLMController, OracleConfig, Prompter, select_best, train
+from .evaluation import COLUMNS, evaluate_together
+from .oracle_training import LLMController, LLMControllers, OracleConfig, Prompter, select_best, train
 from .prompt import parse_phase
 from .state import IntersectionState
 
@@ -54,9 +54,9 @@ class _RecordingController(LLMController):
         super().reset(seed)
         self.states: list[IntersectionState] = []
 
-    def act(self, state: IntersectionState) -> int:
+    def commit(self, state: IntersectionState, prompt: str, answer: str) -> int:
         self.states.append(state)
-        return super().act(state)
+        return super().commit(state, prompt, answer)
 
 
 def _entropy(labels: Sequence) -> float:
@@ -92,9 +92,9 @@ def evaluate_run(policy: LMPolicy, prompter: Prompter, scenario: str, eval_seeds
     if probe_every < 1:
         raise ValueError(f"probe_every must be >= 1, got {probe_every}")
     runs, agreement, traces = [], [], []
-    for seed in eval_seeds:
-        controller = _RecordingController(policy, prompter, label)
-        result = evaluate(scenario, controller, seed=seed, episode_s=episode_s)
+    controllers = [_RecordingController(policy, prompter, label) for _ in eval_seeds]
+    results = evaluate_together(scenario, LLMControllers(controllers), eval_seeds, episode_s)
+    for seed, controller, result in zip(eval_seeds, controllers, results):
         states = controller.states
         r_env = [float(a.total_queue - b.total_queue) for a, b in zip(states, states[1:])]
         runs.append({"seed": seed, **{k: result[k] for k in (*COLUMNS, "deadlock", "deadlock_time_s")},

@@ -93,6 +93,11 @@ class RewardConfig:
         if not self.tau >= 0:
             raise ValueError(f"RewardConfig.tau must be >= 0, got {self.tau}")
 
+    @property
+    def reads_answers(self) -> bool:
+        """Whether R depends on the G answers (an entropy term), not only on the chosen one."""
+        return self.entropy != "none"
+
     def __call__(self, prev: IntersectionState, chosen: int, state: IntersectionState,
                  counts: Sequence[float]) -> float:
         """R for one decision: states before and after it, the chosen phase, the G answers' counts."""

@@ -2,7 +2,7 @@
 
 Per decision (every 10 simulated s) the policy samples G answers to the verbalised state in one
 batched call; the first answer's phase (Algorithm 2) is applied; the G phases feed the entropy
-term of the reward (eqs. 11–14). Every ``update_every_s`` (360 s) the policy is updated on the
+term of the reward (eqs. 11–14). A reward without that term draws the first answer alone. Every ``update_every_s`` (360 s) the policy is updated on the
 exchanges of the last ``buffer_s`` (400 s); adapters and value head are checkpointed every
 ``checkpoint_every_s`` (720 s). After training, :func:`select_best` picks the checkpoint with
 the lowest mean queue on a held-out episode.
@@ -24,8 +24,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..rl.llm_ppo import Exchange, LMPolicy
+from ..rl.small_decoder import SmallDecoder
 from .env import SignalConfig, SignalEnv
-from .evaluation import evaluate
+from .evaluation import evaluate_together
 from .oracle import RewardConfig, phase_counts
 from .prompt import messages, parse_phase
 from .state import IntersectionState
@@ -113,13 +114,20 @@ class LLMController:
         """(prompt, answer) per decision, for reasoning-trace listings."""
 
     def act(self, state: IntersectionState) -> int:
-        prompt = self.prompter(state, self.history)
+        prompt = self.prompt(state)
         texts, _ = self.policy.sample(prompt, group_size=1, rng=self.rng, record=False)
-        found = parse_phase(texts[0], state.phases)
-        action = state.phase if found is None else found  # Algorithm 2's default: keep the phase
+        return self.commit(state, prompt, texts[0])
+
+    def prompt(self, state: IntersectionState) -> str:
+        return self.prompter(state, self.history)
+
+    def commit(self, state: IntersectionState, prompt: str, answer: str) -> int:
+        """The phase ``answer`` names (Algorithm 2; none keeps the current phase), recorded."""
+        found = parse_phase(answer, state.phases)
+        action = state.phase if found is None else found
         self.decisions += 1
         self.invalid += found is None
-        self.traces.append((prompt, texts[0]))
+        self.traces.append((prompt, answer))
         self.history.append((state, action))
         return action
 
@@ -127,15 +135,40 @@ class LLMController:
         return f"LLMController({self.label})"
 
 
+class LLMControllers:
+    """One :class:`LLMController` per episode, answering together for
+    :func:`llmtraffic.signal.evaluation.evaluate_together`: one batched sample per decision
+    instead of one per episode, each episode drawing from its own generator (so each gets the
+    answers it would get alone)."""
+
+    def __init__(self, controllers: Sequence[LLMController], sampler: SmallDecoder | None = None):
+        if not controllers or len({id(c.policy) for c in controllers}) != 1:
+            raise ValueError("LLMControllers: needs one or more controllers of one policy")
+        self.controllers, self.sampler = list(controllers), sampler
+        """``sampler``: a decoder of several checkpoints, episode i played by checkpoint i
+        (:meth:`~llmtraffic.rl.llm_ppo.LMPolicy.checkpoints_decoder`); None: the policy's own."""
+
+    def reset(self, seeds: Sequence[int]) -> None:
+        for controller, seed in zip(self.controllers, seeds, strict=True):
+            controller.reset(seed)
+
+    def act(self, episodes: Sequence[int], states: Sequence[IntersectionState]) -> list[int]:
+        those = [self.controllers[i] for i in episodes]
+        prompts = [c.prompt(s) for c, s in zip(those, states)]
+        answers = those[0].policy.sample_each(prompts, [c.rng for c in those], self.sampler)
+        return [c.commit(s, p, a) for c, s, p, a in zip(those, states, prompts, answers)]
+
+    def label(self, episode: int) -> str:
+        return repr(self.controllers[episode])
+
+
 def evaluate_policy(policy: LMPolicy, prompter: Prompter, scenario: str, seeds: Sequence[int],
                     episode_s: int = 3600, label: str = "llm") -> list[dict]:
-    """LibSignal metrics of the policy on held-out seeds, with the share of invalid answers."""
-    rows = []
-    for seed in seeds:
-        controller = LLMController(policy, prompter, label)
-        result = evaluate(scenario, controller, seed=seed, episode_s=episode_s)
-        rows.append({**result, "invalid_rate": controller.invalid / max(controller.decisions, 1)})
-    return rows
+    """LibSignal metrics of the policy on held-out seeds (played together), with the share of
+    invalid answers."""
+    controllers = [LLMController(policy, prompter, label) for _ in seeds]
+    results = evaluate_together(scenario, LLMControllers(controllers), seeds, episode_s)
+    return [{**r, "invalid_rate": c.invalid / max(c.decisions, 1)} for r, c in zip(results, controllers)]
 
 
 def semantic_phases(texts: Sequence[str], state: IntersectionState) -> tuple[list[int], list[bool]]:
@@ -147,9 +180,11 @@ def semantic_phases(texts: Sequence[str], state: IntersectionState) -> tuple[lis
     return [state.phase if f is None else f for f in found], [f is not None for f in found]
 
 
-def decide(policy: LMPolicy, prompter: Prompter, state: IntersectionState, history) -> tuple[int, bool, np.ndarray, Exchange]:
-    """Alg. 1's inner step: G answers, the first one's phase, the histogram of all G (Alg. 3)."""
-    texts, exchange = policy.sample(prompter(state, history))
+def decide(policy: LMPolicy, prompter: Prompter, state: IntersectionState, history,
+           group_size: int | None = None) -> tuple[int, bool, np.ndarray, Exchange]:
+    """Alg. 1's inner step: G answers (``group_size``, default the policy's), the first one's
+    phase, the histogram of all of them (Alg. 3)."""
+    texts, exchange = policy.sample(prompter(state, history), group_size=group_size)
     phases, valid = semantic_phases(texts, state)
     return phases[0], valid[0], phase_counts(phases, len(state.phases)), exchange
 
@@ -158,8 +193,12 @@ def train_episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: Ora
                   on_checkpoint: Callable[[int], None], rng: np.random.Generator) -> dict:
     """One training episode (Alg. 1): act, reward, update every ``update_every_s``.
 
+    A reward without an entropy term reads only the chosen answer, so only that one is drawn
+    (G = 1): the first of G answers has the same distribution, and PPO trains on it alone.
+
     Returns the episode's metrics, mean reward, invalid-answer share, mean token KL, and
     ``update_stats``: per PPO update its policy loss, value loss, clip fraction and KL (Fig. 12)."""
+    group_size = None if cfg.reward.reads_answers else 1
     _, info = env.reset(seed=seed)
     history: deque = deque(maxlen=2)
     buffer: list[Exchange] = []
@@ -169,7 +208,7 @@ def train_episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: Ora
     done = False
     while not done:
         state = info["state"]
-        action, valid, counts, exchange = decide(policy, prompter, state, history)
+        action, valid, counts, exchange = decide(policy, prompter, state, history, group_size)
         _, _, terminated, truncated, info = env.step(action)
         if cfg.random_reward_std is None:
             reward = cfg.reward(state, action, info["state"], counts)
@@ -241,12 +280,18 @@ def select_best(policy: LMPolicy, prompter: Prompter, checkpoints: Sequence[Path
     """
     if not checkpoints:
         raise ValueError("select_best: no checkpoints")
-    rows = []
-    for path in checkpoints:
-        policy.load(path)
-        result = evaluate_policy(policy, prompter, scenario, [seed], episode_s)[0]
-        rows.append({"checkpoint": Path(path).name, "queue": result["queue"], "deadlock": result["deadlock"],
-                     "invalid_rate": result["invalid_rate"]})
+    decoder = policy.checkpoints_decoder(list(checkpoints))
+    if decoder is None:  # one checkpoint after the other
+        results = []
+        for path in checkpoints:
+            policy.load(path)
+            results += evaluate_policy(policy, prompter, scenario, [seed], episode_s)
+    else:  # all of them together, each on its own simulator (the same numbers, one batch per decision)
+        controllers = [LLMController(policy, prompter) for _ in checkpoints]
+        results = evaluate_together(scenario, LLMControllers(controllers, decoder), [seed] * len(checkpoints), episode_s)
+        results = [{**r, "invalid_rate": c.invalid / max(c.decisions, 1)} for r, c in zip(results, controllers)]
+    rows = [{"checkpoint": Path(path).name, "queue": r["queue"], "deadlock": r["deadlock"], "invalid_rate": r["invalid_rate"]}
+            for path, r in zip(checkpoints, results)]
     best = min(range(len(rows)), key=lambda i: (rows[i]["deadlock"], rows[i]["queue"]))
     policy.load(checkpoints[best])
     return Path(checkpoints[best]), rows

@@ -21,9 +21,11 @@ from the SUMO backend, all from CityFlow's own model:
   intersection (CityFlow's ``Road::initLanesPoints``), exact for straight roads.
 
 CityFlow's ``Engine`` destructor deadlocks at commit 81ee0f4 (a bare ``del engine`` never
-returns), so an engine is made once per config file, kept for the life of the process, and
-reset for every episode (``reset()`` clears vehicles, flows and signals; then the seed is
-set), which also makes an episode independent of what ran before it.
+returns), so engines are kept for the life of the process and reset for every episode
+(``reset()`` clears vehicles, flows and signals; then the seed is set), which also makes an
+episode independent of what ran before it. An open environment holds its engine; episodes
+played side by side (:func:`llmtraffic.signal.evaluation.evaluate_together`) each take an idle
+one of their config file, or a new one when none is idle.
 """
 
 from __future__ import annotations
@@ -38,18 +40,22 @@ from . import Step, approach_of, lane_delay, make_phases, segment_counts
 from .install import require_cityflow
 
 _TURN = {"go_straight": "through", "turn_left": "left", "turn_right": "right"}
-_engines: dict[str, object] = {}
-"""One engine per config file for the life of the process (see the module docstring)."""
+_idle: dict[str, list] = {}
+"""Per config file, the engines no open environment holds (see the module docstring)."""
 
 
-def engine(config: str):
-    """The process's CityFlow engine for ``config`` (made on first use, never destroyed)."""
-    if config not in _engines:
-        cityflow = require_cityflow()
-        eng = cityflow.Engine(config, thread_num=1)
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(eng))  # never run the deadlocking destructor
-        _engines[config] = eng
-    return _engines[config]
+def acquire(config: str):
+    """An idle CityFlow engine for ``config``, or a new one (never destroyed); give it back
+    with :func:`release`."""
+    if _idle.get(config):
+        return _idle[config].pop()
+    eng = require_cityflow().Engine(config, thread_num=1)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(eng))  # never run the deadlocking destructor
+    return eng
+
+
+def release(config: str, eng) -> None:
+    _idle.setdefault(config, []).append(eng)
 
 
 class Creations:
@@ -141,16 +147,19 @@ class CityFlowBackend:
     begin_s = 0.0
 
     def __init__(self) -> None:
-        self.eng = None
+        self.eng, self.source = None, None
 
     def start(self, source: str, seed: int) -> None:
-        if self.eng is None:
+        if self.source != source:
+            self.close()
             cfg = json.loads(Path(source).read_text())
             roadnet = json.loads(Path(cfg["dir"], cfg["roadnetFile"]).read_text())
             self._creation = Creations(json.loads(Path(cfg["dir"], cfg["flowFile"]).read_text()))
             (self.node, self.phases, self.lanes, self.out_lanes, self._light, self._red,
              self._length, self._limit) = read_roadnet(roadnet)
-            self.eng = engine(source)
+            self.source = source
+        if self.eng is None:
+            self.eng = acquire(source)
         self.eng.reset()
         self.eng.set_random_seed(seed)
         self._created: dict[str, float] = {}  # creation time of every vehicle in the network
@@ -158,7 +167,10 @@ class CityFlowBackend:
         self._finished, self._finished_time = 0, 0.0
 
     def close(self) -> None:
-        """Nothing to stop: the engine stays for the next episode."""
+        """Give the engine back for the next episode (it is never destroyed)."""
+        if self.eng is not None:
+            release(self.source, self.eng)
+            self.eng = None
 
     def discover(self):
         return self.phases, self.lanes, self.out_lanes
