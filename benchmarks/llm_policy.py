@@ -7,14 +7,17 @@
    answer lengths agree up to sampling noise (both totals are printed). Also the batched call
    through ``model.generate`` with the LoRA adapters applied unmerged (what GPU and 4-bit runs
    do) against what ``LMPolicy`` samples with on CPU: ``SmallDecoder`` on a merged copy.
-2. PPO update tokens per second (``LMPolicy.update`` on a buffer of 400 s of exchanges = 40
+2. Episodes played together (``LMPolicy.sample_each``, what evaluation and checkpoint selection
+   do): one answer to each of ``--together`` prompts in one batch, against the reference of one
+   call per prompt, in the same run.
+3. PPO update tokens per second (``LMPolicy.update`` on a buffer of 400 s of exchanges = 40
    decisions, §4.1.3: scoring old and reference log-probs and values, then the clipped
    update) against the reference of one plain supervised forward/backward on the same tokens.
 
 The surrogate is the one the notebooks use (hidden 128, 2 layers), supervised briefly on a
 short collection episode; one torch thread, as each notebook job gets. Run:
 
-    .venv/bin/python benchmarks/llm_policy.py [--scenario cologne1] [--group 8] [--decisions 40] [--repeats 3]
+    .venv/bin/python benchmarks/llm_policy.py [--scenario cologne1] [--group 8] [--decisions 40] [--together 3] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ def main() -> None:
     parser.add_argument("--scenario", default="cologne1", help="cologne1, hangzhou1x1 or synthetic (no data files)")
     parser.add_argument("--group", type=int, default=8, help="G answers per decision")
     parser.add_argument("--decisions", type=int, default=40, help="decisions per timing (40 = one 400-s buffer)")
+    parser.add_argument("--together", type=int, default=3, help="episodes played together (eval seeds, checkpoints)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -84,6 +88,25 @@ def main() -> None:
     print(f"  ratio batched / sequential    {(tb / t_batched) / (ts / t_seq):8.2f}x tokens/s")
     print(f"  batched, generate over LoRA   {tu / t_unmerged:8.0f} generated tokens/s  ({n / t_unmerged:6.1f} decisions/s, {tu} tokens)")
     print(f"  ratio SmallDecoder / generate {(tb / t_batched) / (tu / t_unmerged):8.2f}x tokens/s")
+
+    k = args.together
+    groups = [prompts[i : i + k] for i in range(0, n - k + 1, k)]
+    counted["together"] = counted["alone"] = 0
+
+    def together():
+        counted["together"] = sum(n_tokens(policy.sample_each(g, [np.random.default_rng(i) for i in range(k)]))
+                                  for g in groups)
+
+    def alone():
+        counted["alone"] = sum(n_tokens([policy.sample(p, 1, rng=np.random.default_rng(i), record=False)[0][0]
+                                         for i, p in enumerate(g)]) for g in groups)
+
+    t_together, t_alone = median_time(together, args.repeats), median_time(alone, args.repeats)
+    tt, ta = counted["together"], counted["alone"]
+    print(f"{k} episodes together, one answer each, {len(groups)} decisions")
+    print(f"  together (one batch of {k})      {tt / t_together:8.0f} generated tokens/s  ({len(groups) / t_together:6.1f} decisions/s, {tt} tokens)")
+    print(f"  one call per episode          {ta / t_alone:8.0f} generated tokens/s  ({len(groups) / t_alone:6.1f} decisions/s, {ta} tokens; reference)")
+    print(f"  ratio together / one by one   {(tt / t_together) / (ta / t_alone):8.2f}x tokens/s")
 
     rng = np.random.default_rng(1)
 

@@ -92,13 +92,13 @@ class SmallDecoder:
         weight, eps = norm
         return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
-    def _rotate(self, x: Tensor, start: int, positions: Tensor | None = None) -> Tensor:
-        """RoPE on (batch, heads, length, head_dim) at positions start, start + 1, … or, given,
-        at each row's ``positions`` (batch, length)."""
-        if positions is None:
+    def _rotate(self, x: Tensor, start: int, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """RoPE on (batch, heads, length, head_dim) at positions start, start + 1, … or with
+        each row's own ``rope`` (cos, sin), each (batch, 1, length, head_dim)."""
+        if rope is None:
             cos, sin = self.cos[start : start + x.shape[2]], self.sin[start : start + x.shape[2]]
         else:
-            cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
+            cos, sin = rope
         half = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
 
@@ -131,6 +131,7 @@ class SmallDecoder:
         length) and an attention ``mask`` (batch, 1, length, keys; True = may attend); without
         them, positions follow the cache and attention is causal."""
         batch, length = ids.shape
+        rope = None if positions is None else (self.cos[positions][:, None], self.sin[positions][:, None])
         start = 0 if cache is None else cache[0][0].shape[2]
         h = F.embedding(ids, self.embed)
         new_cache = []
@@ -139,7 +140,7 @@ class SmallDecoder:
             q = self._linear(x, *p["q"]).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
             k = self._linear(x, *p["k"]).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
             v = self._linear(x, *p["v"]).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-            q, k = self._rotate(q, start, positions), self._rotate(k, start, positions)
+            q, k = self._rotate(q, start, rope), self._rotate(k, start, rope)
             if cache is not None:
                 k, v = torch.cat((cache[i][0], k), 2), torch.cat((cache[i][1], v), 2)
             new_cache.append((k, v))
@@ -206,16 +207,16 @@ class SmallDecoder:
         gens = generators or [None] * rows
         stops = torch.tensor(stop_ids)
         done = torch.zeros(rows, dtype=torch.bool)
+        keys = torch.cat((valid, torch.ones(rows, max_new_tokens, dtype=torch.bool)), 1)[:, None, None, :]
         out = []
         for step in range(max_new_tokens):
-            token = torch.cat([next_token(logits[r : r + 1], temperature, top_p, top_k, gens[r]) for r in range(rows)])
+            token = draw_each(logits, temperature, top_p, top_k, gens)
             token = torch.where(done, torch.full_like(token, pad_id), token)
             out.append(token)
             done |= torch.isin(token, stops)
             if bool(done.all()) or step == max_new_tokens - 1:
                 break
-            valid = torch.cat((valid, torch.ones(rows, 1, dtype=torch.bool)), 1)
-            logits, cache = self._step(token, cache, (lengths + step)[:, None], valid[:, None, None, :])
+            logits, cache = self._step(token, cache, (lengths + step)[:, None], keys[..., : width + step + 1])
         return torch.stack(out, 1)
 
     def _step(self, token: Tensor, cache: list, positions: Tensor, mask: Tensor) -> tuple[Tensor, list]:
@@ -236,6 +237,16 @@ def next_token(logits: Tensor, temperature: float, top_p: float, top_k: int,
     if temperature == 0:
         return logits.argmax(-1)
     return torch.multinomial(warp(logits, temperature, top_p, top_k).softmax(-1), 1, generator=generator)[:, 0]
+
+
+def draw_each(logits: Tensor, temperature: float, top_p: float, top_k: int,
+              generators: list[torch.Generator | None]) -> Tensor:
+    """:func:`next_token` for each row from its own generator; the processors run on all rows
+    at once (they act row by row)."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = warp(logits, temperature, top_p, top_k).softmax(-1)
+    return torch.cat([torch.multinomial(probs[r : r + 1], 1, generator=g)[:, 0] for r, g in enumerate(generators)])
 
 
 def warp(logits: Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> Tensor:
