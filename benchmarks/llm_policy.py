@@ -44,6 +44,11 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(runs)
 
 
+def rate(label: str, tokens: int, seconds: float, decisions: int, note: str = "") -> None:
+    print(f"  {label:<29} {tokens / seconds:8.0f} generated tokens/s  ({decisions / seconds:6.1f} decisions/s, "
+          f"{tokens} tokens{note})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="cologne1", help="cologne1, hangzhou1x1 or synthetic (no data files)")
@@ -83,10 +88,10 @@ def main() -> None:
     t_batched, t_seq = median_time(batched, args.repeats), median_time(sequential, args.repeats)
     tb, ts = counted["batched"], counted["sequential"]
     print(f"sampling, G = {args.group}, {n} decisions ({args.scenario} prompts, {policy.cfg.max_new_tokens} tokens max)")
-    print(f"  batched (one generate of G)   {tb / t_batched:8.0f} generated tokens/s  ({n / t_batched:6.1f} decisions/s, {tb} tokens)")
-    print(f"  sequential (G generates of 1) {ts / t_seq:8.0f} generated tokens/s  ({n / t_seq:6.1f} decisions/s, {ts} tokens; reference)")
+    rate("batched (one generate of G)", tb, t_batched, n)
+    rate("sequential (G generates of 1)", ts, t_seq, n, "; reference")
     print(f"  ratio batched / sequential    {(tb / t_batched) / (ts / t_seq):8.2f}x tokens/s")
-    print(f"  batched, generate over LoRA   {tu / t_unmerged:8.0f} generated tokens/s  ({n / t_unmerged:6.1f} decisions/s, {tu} tokens)")
+    rate("batched, generate over LoRA", tu, t_unmerged, n)
     print(f"  ratio SmallDecoder / generate {(tb / t_batched) / (tu / t_unmerged):8.2f}x tokens/s")
 
     k = args.together
@@ -104,8 +109,8 @@ def main() -> None:
     t_together, t_alone = median_time(together, args.repeats), median_time(alone, args.repeats)
     tt, ta = counted["together"], counted["alone"]
     print(f"{k} episodes together, one answer each, {len(groups)} decisions")
-    print(f"  together (one batch of {k})      {tt / t_together:8.0f} generated tokens/s  ({len(groups) / t_together:6.1f} decisions/s, {tt} tokens)")
-    print(f"  one call per episode          {ta / t_alone:8.0f} generated tokens/s  ({len(groups) / t_alone:6.1f} decisions/s, {ta} tokens; reference)")
+    rate(f"together (one batch of {k})", tt, t_together, len(groups))
+    rate("one call per episode", ta, t_alone, len(groups), "; reference")
     print(f"  ratio together / one by one   {(tt / t_together) / (ta / t_alone):8.2f}x tokens/s")
 
     rng = np.random.default_rng(1)
