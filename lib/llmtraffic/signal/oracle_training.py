@@ -7,6 +7,9 @@ exchanges of the last ``buffer_s`` (400 s); adapters and value head are checkpoi
 ``checkpoint_every_s`` (720 s). After training, :func:`select_best` picks the checkpoint with
 the lowest mean queue on a held-out episode.
 
+Training episodes run like evaluation ones (SUMO in a fresh process per episode), so a run is
+reproducible: the same seeds give the same adapters.
+
 Resuming: :func:`train` continues from the newest checkpoint in ``out_dir``. SUMO's state is
 not checkpointed, so an episode interrupted mid-way restarts from its beginning with the
 policy as of that checkpoint (its earlier updates are kept).
@@ -254,7 +257,9 @@ def train(policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, out_dir: str 
         if progress["checkpoints"]:
             policy.load(out / progress["checkpoints"][-1])
     rng = np.random.default_rng([cfg.seed, len(progress["episodes"])])
-    env_cfg = SignalConfig(episode_s=cfg.episode_s)
+    # Every SUMO episode in a fresh process, as in evaluation: a later libsumo start in one
+    # process is not bit-reproducible on Cologne1, which made two runs of one seed differ.
+    env_cfg = SignalConfig(episode_s=cfg.episode_s, fresh_process=True)
     with SignalEnv(cfg.scenario, env_cfg, seed=cfg.train_seed) as env:
         for episode in range(len(progress["episodes"]), cfg.episodes):
 

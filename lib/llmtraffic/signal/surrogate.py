@@ -160,7 +160,8 @@ def collect_states(cfg: SurrogateConfig) -> list[IntersectionState]:
     """States seen while the noisy heuristic itself drives the collection episodes."""
     rng = np.random.default_rng([cfg.seed, 1])
     states = []
-    with SignalEnv(cfg.scenario, SignalConfig(episode_s=cfg.episode_s), seed=cfg.collect_seeds[0]) as env:
+    # SUMO episodes in fresh processes: a later libsumo start in one process is not bit-reproducible
+    with SignalEnv(cfg.scenario, SignalConfig(episode_s=cfg.episode_s, fresh_process=True), seed=cfg.collect_seeds[0]) as env:
         for seed in cfg.collect_seeds:
             _, info = env.reset(seed=seed)
             done = False

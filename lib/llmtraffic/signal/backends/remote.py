@@ -49,6 +49,7 @@ class RemoteBackend:
         self.factory, self.simulator = factory, simulator
         self.begin_s = 0.0
         self._proc: subprocess.Popen | None = None
+        self._discovered = False
 
     def _call(self, name: str, *args):
         if self._proc is None:
@@ -71,6 +72,8 @@ class RemoteBackend:
         pickle.dump(self.factory, self._proc.stdin)
         self._call("start", source, seed)
         self.begin_s = self._call("begin_s")
+        if self._discovered:  # a restart (a later episode): the new child reads the phases again
+            self._call("discover")
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -93,6 +96,7 @@ class RemoteBackend:
         return self._call("tls")
 
     def discover(self):
+        self._discovered = True
         return self._call("discover")
 
     def set_green(self, phase: int) -> None:
