@@ -12,6 +12,8 @@ policy gives it its merged copy) and is rebuilt whenever they change.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -102,10 +104,12 @@ class SmallDecoder:
         half = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
 
-    def forward(self, ids: Tensor, cache: list[tuple[Tensor, Tensor]] | None = None) -> tuple[Tensor, list]:
+    def forward(self, ids: Tensor, cache: list[tuple[Tensor, Tensor]] | None = None, positions: Tensor | None = None,
+                mask: Tensor | None = None) -> tuple[Tensor, list]:
         """Logits of the last position of each row of ``ids`` (batch, length) following
-        ``cache`` (one (keys, values) per layer, or None), and the extended cache."""
-        h, new_cache = self._trunk(ids, cache)
+        ``cache`` (one (keys, values) per layer, or None), and the extended cache; ``positions``
+        and ``mask`` as in :meth:`_trunk`."""
+        h, new_cache = self._trunk(ids, cache, positions, mask)
         return self.output(self._rms(h[:, -1], self.norm)), new_cache
 
     def hidden(self, ids: Tensor) -> Tensor:
@@ -162,21 +166,10 @@ class SmallDecoder:
         ``pad_id`` after its stop token, as ``generate`` does. ``temperature=0``: greedy."""
         self._one_model("sample")
         logits, cache = self.forward(prompt[None])
-        logits = logits.expand(n, -1)
         cache = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in cache]
-        stops = torch.tensor(stop_ids)
-        done = torch.zeros(n, dtype=torch.bool)
-        out = []
-        for step in range(max_new_tokens):
-            token = next_token(logits, temperature, top_p, top_k, generator)
-            token = torch.where(done, torch.full_like(token, pad_id), token)
-            out.append(token)
-            done |= torch.isin(token, stops)
-            if bool(done.all()) or step == max_new_tokens - 1:
-                break
-            logits, cache = self.forward(token[:, None], cache)
-        return torch.stack(out, 1)
-
+        return _decode(logits.expand(n, -1), cache, max_new_tokens, stop_ids, pad_id,
+                       lambda x: next_token(x, temperature, top_p, top_k, generator),
+                       lambda token, step, cache: self.forward(token[:, None], cache))
 
     @torch.no_grad()
     def sample_each(self, prompts: list[Tensor], max_new_tokens: int, stop_ids: list[int], pad_id: int,
@@ -202,26 +195,30 @@ class SmallDecoder:
         valid = columns[None] >= offset[:, None]  # (rows, keys): not padding
         causal = columns[None, :] <= columns[:, None]
         mask = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
-        h, cache = self._trunk(ids, None, (columns[None] - offset[:, None]).clamp(min=0), mask[:, None])
-        logits = self.output(self._rms(h[:, -1], self.norm))
+        logits, cache = self.forward(ids, None, (columns[None] - offset[:, None]).clamp(min=0), mask[:, None])
         gens = generators or [None] * rows
-        stops = torch.tensor(stop_ids)
-        done = torch.zeros(rows, dtype=torch.bool)
         keys = torch.cat((valid, torch.ones(rows, max_new_tokens, dtype=torch.bool)), 1)[:, None, None, :]
-        out = []
-        for step in range(max_new_tokens):
-            token = draw_each(logits, temperature, top_p, top_k, gens)
-            token = torch.where(done, torch.full_like(token, pad_id), token)
-            out.append(token)
-            done |= torch.isin(token, stops)
-            if bool(done.all()) or step == max_new_tokens - 1:
-                break
-            logits, cache = self._step(token, cache, (lengths + step)[:, None], keys[..., : width + step + 1])
-        return torch.stack(out, 1)
+        return _decode(logits, cache, max_new_tokens, stop_ids, pad_id,
+                       lambda x: draw_each(x, temperature, top_p, top_k, gens),
+                       lambda token, step, cache: self.forward(token[:, None], cache, (lengths + step)[:, None],
+                                                               keys[..., : width + step + 1]))
 
-    def _step(self, token: Tensor, cache: list, positions: Tensor, mask: Tensor) -> tuple[Tensor, list]:
-        h, cache = self._trunk(token[:, None], cache, positions, mask)
-        return self.output(self._rms(h[:, -1], self.norm)), cache
+
+def _decode(logits: Tensor, cache: list, max_new_tokens: int, stop_ids: list[int], pad_id: int,
+            draw: Callable[[Tensor], Tensor], advance: Callable[[Tensor, int, list], tuple[Tensor, list]]) -> Tensor:
+    """The decoding loop of both samplers: ``draw`` a token per row from ``logits``, pad rows
+    that have stopped, ``advance`` the cache by the new tokens; (rows, steps) ids."""
+    stops = torch.tensor(stop_ids)
+    done = torch.zeros(logits.shape[0], dtype=torch.bool)
+    out = []
+    for step in range(max_new_tokens):
+        token = torch.where(done, torch.full_like(done, pad_id, dtype=torch.long), draw(logits))
+        out.append(token)
+        done |= torch.isin(token, stops)
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break
+        logits, cache = advance(token, step, cache)
+    return torch.stack(out, 1)
 
 
 def _shared(model) -> list[Tensor]:

@@ -166,11 +166,11 @@ class LLMControllers:
 
 
 def evaluate_policy(policy: LMPolicy, prompter: Prompter, scenario: str, seeds: Sequence[int],
-                    episode_s: int = 3600, label: str = "llm") -> list[dict]:
+                    episode_s: int = 3600, label: str = "llm", sampler: SmallDecoder | None = None) -> list[dict]:
     """LibSignal metrics of the policy on held-out seeds (played together), with the share of
-    invalid answers."""
+    invalid answers; ``sampler`` as in :class:`LLMControllers`."""
     controllers = [LLMController(policy, prompter, label) for _ in seeds]
-    results = evaluate_together(scenario, LLMControllers(controllers), seeds, episode_s)
+    results = evaluate_together(scenario, LLMControllers(controllers, sampler), seeds, episode_s)
     return [{**r, "invalid_rate": c.invalid / max(c.decisions, 1)} for r, c in zip(results, controllers)]
 
 
@@ -292,9 +292,7 @@ def select_best(policy: LMPolicy, prompter: Prompter, checkpoints: Sequence[Path
             policy.load(path)
             results += evaluate_policy(policy, prompter, scenario, [seed], episode_s)
     else:  # all of them together, each on its own simulator (the same numbers, one batch per decision)
-        controllers = [LLMController(policy, prompter) for _ in checkpoints]
-        results = evaluate_together(scenario, LLMControllers(controllers, decoder), [seed] * len(checkpoints), episode_s)
-        results = [{**r, "invalid_rate": c.invalid / max(c.decisions, 1)} for r, c in zip(results, controllers)]
+        results = evaluate_policy(policy, prompter, scenario, [seed] * len(checkpoints), episode_s, sampler=decoder)
     rows = [{"checkpoint": Path(path).name, "queue": r["queue"], "deadlock": r["deadlock"], "invalid_rate": r["invalid_rate"]}
             for path, r in zip(checkpoints, results)]
     best = min(range(len(rows)), key=lambda i: (rows[i]["deadlock"], rows[i]["queue"]))
