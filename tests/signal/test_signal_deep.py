@@ -3,6 +3,7 @@
 from dataclasses import replace
 
 import pytest
+import torch
 
 from llmtraffic.rl.dqn import DQNAgent
 from llmtraffic.signal import FixedTime, evaluate
@@ -87,3 +88,30 @@ def test_ippo_samples_reproducibly_after_reset_and_greedy_takes_the_argmax():
     assert [agent.act(STATE) for _ in range(50)] == first and 10 < sum(first) < 45
     agent.greedy = True
     assert {agent.act(STATE) for _ in range(5)} == {1}
+
+
+def test_deep_rl_training_is_reproducible_whatever_ran_before_it():
+    """Cologne1 (SUMO): IDQN's training episodes run in fresh processes, so the same seed gives the
+    same history and weights with other SUMO episodes before and between two runs (a later
+    libsumo start in one process is not bit-reproducible)."""
+    from llmtraffic.signal import SignalEnv
+
+    cfg = DeepRLConfig(episode_s=1800)
+    cfg = replace(cfg, dqn=replace(cfg.dqn, episodes=3, eps_decay_episodes=2, learning_starts=64, updates_per_episode=30))
+
+    def disturb(seed):  # an in-process SUMO episode with many phase changes
+        with SignalEnv("cologne1", seed=seed) as env:
+            env.reset(seed=seed)
+            for k in range(120):
+                env.step(k % len(env.phases))
+
+    def run():
+        trained, history = train(IDQN, "cologne1", cfg)
+        return [h["queue"] for h in history], trained.agent.net.state_dict()
+
+    disturb(1)
+    first, weights = run()
+    disturb(2)
+    second, again = run()
+    assert first == second and len(set(first)) == 3
+    assert all(torch.equal(weights[k], again[k]) for k in weights)

@@ -106,3 +106,29 @@ def test_a_delta_against_the_paper_needs_the_same_backbone_intersection_and_epis
     assert incomparable("LLaMA3-8B", "LLaMA3-8B", "hangzhou1x1") == ""
     assert incomparable("surrogate-tiny", "LLaMA3-8B", "cologne1", episode_s=1440) == (
         "backbone surrogate-tiny, not LLaMA3-8B; intersection cologne1, not hangzhou1x1; 1440-s episodes, not 3600-s")
+
+
+def test_evaluation_episodes_are_cached_and_shared_between_notebooks(monkeypatch):
+    """tsc_baselines and tsc_main play the same classic and trained controllers on the same
+    seeds: each episode is one cached job, so the second notebook replays nothing."""
+    from llmtraffic.signal import baseline_jobs
+    from llmtraffic.signal.controls import learned_evaluation
+
+    settings = dict(episode_s=120, hidden=[8], episodes=2, ppo_episodes=1, eps_decay_episodes=1, updates_per_episode=2,
+                    learning_starts=64)
+    [training] = baseline_jobs.trainings(["IDQN"], ["synthetic"], [0], **settings).values()
+    controller, _ = baseline_jobs.train_baseline(**training)
+    by_object = learned_evaluation("IDQN", "synthetic", {0: controller}, [1, 2], episode_s=120)
+    by_training = learned_evaluation("IDQN", "synthetic", {0: training}, [1, 2], episode_s=120)
+    assert by_training["runs"] == by_object["runs"]
+    classic = classic_evaluation("MaxPressure", "synthetic", [1], episode_s=120)
+
+    def replay(*args, **kwargs):
+        raise AssertionError("an episode was played again")
+
+    monkeypatch.setattr(baseline_jobs, "evaluate_method", replay)
+    again = baseline_jobs.evaluate_episode("MaxPressure", "synthetic", 1, 120)
+    assert again["queue"] == classic["runs"][0]["queue"]
+    assert learned_evaluation("IDQN", "synthetic", {0: training}, [1, 2], episode_s=120)["runs"] == by_training["runs"]
+    with pytest.raises(ValueError, match="a PressLight episode of a IDQN training"):
+        baseline_jobs.evaluate_episode("PressLight", "synthetic", 1, 120, training=training)

@@ -1,3 +1,4 @@
+import os
 import sys
 
 import numpy as np
@@ -44,3 +45,27 @@ def test_unknown_executor_and_unimportable_function_are_clear_errors():
 
     with pytest.raises(ValueError, match="needs an importable function"):
         run_grid(local, [{"seed": 1}], executor="processes", jobs=1)
+
+
+def worker_pid(i: int) -> int:
+    import os
+    import time
+
+    time.sleep(0.2)  # long enough that both workers take jobs
+    return os.getpid()
+
+
+def failing_job(i: int) -> int:
+    raise ValueError(f"job {i} failed")
+
+
+def test_processes_reuse_their_workers_until_the_environment_changes(monkeypatch):
+    tasks = [{"i": i} for i in range(4)]
+    first = set(run_grid(worker_pid, tasks, executor="processes", jobs=2))
+    assert len(first) == 2 and os.getpid() not in first
+    assert set(run_grid(worker_pid, tasks, executor="processes", jobs=2)) == first
+    with pytest.raises(ValueError, match="job 0 failed"):  # a job's error reaches the caller, the workers live on
+        run_grid(failing_job, [{"i": 0}], executor="processes", jobs=2)
+    assert set(run_grid(worker_pid, tasks, executor="processes", jobs=2)) == first
+    monkeypatch.setenv("LLMTRAFFIC_TEST_POOL", "1")  # workers read the environment once, at their start
+    assert set(run_grid(worker_pid, tasks, executor="processes", jobs=2)).isdisjoint(first)

@@ -135,7 +135,8 @@ def train_ippo(scenario: Scenario | str, cfg: IPPOConfig | None = None,
     cfg = cfg or IPPOConfig()
     rng = torch.Generator().manual_seed(cfg.seed)
     history = []
-    with SignalEnv(scenario, SignalConfig(episode_s=cfg.episode_s), observation=IPPO.observation,
+    # SUMO episodes in fresh processes, as in the DQN baselines' training (reproducible on Cologne1)
+    with SignalEnv(scenario, SignalConfig(episode_s=cfg.episode_s, fresh_process=True), observation=IPPO.observation,
                    reward=IPPO.reward, seed=cfg.seed) as env:
         agent = IPPO(env.observation_space.shape[0], env.action_space.n, cfg)
         params = [*agent.actor.parameters(), *agent.critic.parameters()]

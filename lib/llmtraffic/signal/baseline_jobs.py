@@ -2,6 +2,8 @@
 
 :func:`train_baseline` trains one IDQN, PressLight or IPPO agent per (scenario, agent seed), cached
 by its settings and the source it depends on; :func:`train_all` runs them through the executor.
+:func:`evaluate_episode` plays one evaluation episode of a classic or trained controller, cached,
+so ``tsc_baselines`` and ``tsc_main`` (which evaluate on the same seeds) play each once.
 
 **Units.** A learned row's independent units are its agent seeds, not its evaluation runs: on
 CityFlow a greedy controller gives the same run on every eval seed (the flows are fixed and the
@@ -31,6 +33,7 @@ from .. import study
 from ..study.stats import mean_ci
 from ..rl.ippo import IPPOConfig, train_ippo
 from .baselines import IDQN, DeepRLConfig, PressLight, train
+from .evaluation import evaluate_method
 from .scenarios import load
 
 KINDS = {"IDQN": IDQN, "PressLight": PressLight}
@@ -62,12 +65,35 @@ def train_baseline(method: str, scenario: str, agent_seed: int, episode_s: int, 
     return study.cached("tsc_baselines_dqn", key, lambda: train(KINDS[method], scenario, replace(base, dqn=dqn, seed=agent_seed)))
 
 
+def trainings(methods: list[str], scenarios: list[str], agent_seeds: list[int],
+              **settings: Any) -> dict[tuple[str, str, int], dict]:
+    """(method, scenario, agent seed) → the :func:`train_baseline` arguments of that agent."""
+    return {(m, sc, a): dict(method=m, scenario=sc, agent_seed=a, **settings)
+            for m in methods for sc in scenarios for a in agent_seeds}
+
+
 def train_all(methods: list[str], scenarios: list[str], agent_seeds: list[int], executor: str = "serial",
               jobs: int = 1, **settings: Any) -> dict[tuple[str, str, int], tuple[Any, list[dict]]]:
     """Every method × scenario × agent seed through the executor: (method, scenario, seed) → (controller, history)."""
-    keys = [(m, sc, a) for m in methods for sc in scenarios for a in agent_seeds]
-    tasks = [dict(method=m, scenario=sc, agent_seed=a, **settings) for m, sc, a in keys]
-    return dict(zip(keys, study.run_grid(train_baseline, tasks, executor=executor, jobs=jobs, desc="deep-RL agents")))
+    tasks = trainings(methods, scenarios, agent_seeds, **settings)
+    results = study.run_grid(train_baseline, list(tasks.values()), executor=executor, jobs=jobs, desc="deep-RL agents")
+    return dict(zip(tasks, results))
+
+
+def evaluate_episode(method: str, scenario: str, seed: int, episode_s: int = 3600, training: dict | None = None,
+                     controller: Any = None) -> dict:
+    """:func:`~.evaluation.evaluate_method` of one episode. A classic ``method``, or a learned one
+    given its ``training`` (:func:`train_baseline`'s arguments, see :func:`trainings`), is cached
+    (kind ``tsc_episode``); a ``controller`` object is played as it is, uncached."""
+    if controller is not None:
+        if training is not None:
+            raise ValueError("evaluate_episode: give a training or a controller, not both")
+        return evaluate_method(method, scenario, seed, episode_s, controller)
+    if training is not None and training.get("method") != method:
+        raise ValueError(f"evaluate_episode: a {method} episode of a {training.get('method')} training")
+    params = dict(method=method, scenario=scenario, seed=seed, episode_s=episode_s, training=training)
+    return study.cached("tsc_episode", params, lambda: evaluate_method(
+        method, scenario, seed, episode_s, None if training is None else train_baseline(**training)[0]))
 
 
 def per_agent(rows: pd.DataFrame) -> pd.DataFrame:

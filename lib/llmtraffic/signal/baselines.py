@@ -168,7 +168,9 @@ def train(kind: type[IDQN], scenario: Scenario | str, cfg: DeepRLConfig | None =
           checkpoint_dir: str | None = None) -> tuple[IDQN, list[dict]]:
     """Train an :class:`IDQN` or :class:`PressLight` controller; returns it and the per-episode history."""
     cfg = cfg or DeepRLConfig()
-    env_cfg = SignalConfig(episode_s=cfg.episode_s)
+    # each SUMO episode in a fresh process: a later libsumo start in one process is not
+    # bit-reproducible on Cologne1, so a training would depend on what ran before it
+    env_cfg = SignalConfig(episode_s=cfg.episode_s, fresh_process=True)
     with SignalEnv(scenario, env_cfg, observation=kind.observation, reward=kind.reward, seed=cfg.seed) as env:
         n = env.action_space.n
         dim = env.observation_space.shape[0]

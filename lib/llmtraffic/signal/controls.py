@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import study
-from .evaluation import CLASSIC, COLUMNS, evaluate, evaluate_method
+from .baseline_jobs import evaluate_episode
+from .evaluation import CLASSIC, COLUMNS, evaluate
 from .state import IntersectionState
 from .surrogate import max_queue_phase
 
@@ -59,22 +60,24 @@ def controller_evaluation(controller, scenario: str, eval_seeds: Sequence[int], 
     return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": [], "traces": []}
 
 
-def learned_evaluation(method: str, scenario: str, controllers: dict[int, Any], eval_seeds: Sequence[int],
+def learned_evaluation(method: str, scenario: str, agents: dict[int, Any], eval_seeds: Sequence[int],
                        episode_s: int = 3600, executor: str = "serial", jobs: int | None = None) -> dict:
-    """A deep-RL row of Table 1 (IDQN, PressLight, IPPO: one trained controller per agent seed,
-    e.g. from :func:`.baseline_jobs.train_all`) on the LLM rows' eval seeds, so that one table
-    holds the classic, deep-RL and LLM rows on the same episodes.
+    """A deep-RL row of Table 1 (IDQN, PressLight, IPPO: one trained agent per agent seed) on the
+    LLM rows' eval seeds, so that one table holds the classic, deep-RL and LLM rows on the same
+    episodes. An agent is its training (:func:`.baseline_jobs.trainings`; its episodes are
+    cached and shared with ``tsc_baselines``) or a controller object (played uncached).
 
     Its runs carry their ``agent_seed``, and its units are the agent seeds (``"units": "agent
     seeds"``, see :func:`.llm_tables.unit_values`): a greedy agent gives one run whatever the eval
     seed on CityFlow, so its eval runs are not independent."""
-    if not controllers:
-        raise ValueError(f"learned_evaluation: no trained {method} controllers")
-    tasks = [dict(method=method, scenario=scenario, seed=s, episode_s=episode_s, controller=c)
-             for c in controllers.values() for s in eval_seeds]
-    results = study.run_grid(evaluate_method, tasks, executor=executor, jobs=jobs, desc=f"{method} episodes")
-    agents = [a for a in controllers for _ in eval_seeds]
-    runs = [{**_run(t["seed"], r), "agent_seed": a} for t, r, a in zip(tasks, results, agents)]
+    if not agents:
+        raise ValueError(f"learned_evaluation: no trained {method} agents")
+    tasks = [dict(method=method, scenario=scenario, seed=s, episode_s=episode_s,
+                  **({"training": a} if isinstance(a, dict) else {"controller": a}))
+             for a in agents.values() for s in eval_seeds]
+    results = study.run_grid(evaluate_episode, tasks, executor=executor, jobs=jobs, desc=f"{method} episodes")
+    seeds = [a for a in agents for _ in eval_seeds]
+    runs = [{**_run(t["seed"], r), "agent_seed": a} for t, r, a in zip(tasks, results, seeds)]
     return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": [], "traces": [],
             "units": "agent seeds"}
 
@@ -91,10 +94,11 @@ def heuristic_evaluation(scenario: str, eval_seeds: Sequence[int], episode_s: in
 
 def classic_evaluation(method: str, scenario: str, eval_seeds: Sequence[int], episode_s: int = 3600) -> dict:
     """A classic Table 1 row (``"MaxPressure"``, ``"FixedTime (t_fixed=30)"``, …) on the same eval
-    seeds as the LLM rows (cached, kind ``tsc_classic``)."""
+    seeds as the LLM rows (each episode cached, kind ``tsc_episode``, shared with ``tsc_baselines``)."""
     if method not in CLASSIC:
         raise ValueError(f"classic_evaluation: {method!r} is not one of {sorted(CLASSIC)}")
-    return _cached("tsc_classic", method, CLASSIC[method], scenario, eval_seeds, episode_s)
+    runs = [_run(seed, evaluate_episode(method, scenario, seed, episode_s)) for seed in eval_seeds]
+    return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": [], "traces": []}
 
 
 def random_reward_oracle(oracle: dict, std: float = RANDOM_REWARD_STD) -> dict:

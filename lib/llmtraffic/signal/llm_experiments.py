@@ -56,19 +56,28 @@ def finetune_rows(specs: dict[str, dict], agent_seeds: Sequence[int], executor: 
                   jobs: int | None = None) -> dict[str, Row]:
     """Rows of fine-tunes: ``specs`` maps a row name to ``finetune`` keyword arguments (without
     the agent-seed parts); each distinct job runs once, in one grid."""
+    return finetune_tables({"": specs}, agent_seeds, executor, jobs)[""]
+
+
+def finetune_tables(tables: dict[str, dict[str, dict]], agent_seeds: Sequence[int], executor: str = "serial",
+                    jobs: int | None = None) -> dict[str, dict[str, Row]]:
+    """:func:`finetune_rows` of several tables (table name → row specs) in one grid, so that the
+    workers stay busy across tables; ``same_as`` names an earlier row of the same table."""
     if not agent_seeds:
         raise ValueError("finetune_rows: agent_seeds is empty")
-    per_row = {name: [agent_job(spec, s) for s in agent_seeds] for name, spec in specs.items()}
+    per_row = {(t, name): [agent_job(spec, s) for s in agent_seeds] for t, specs in tables.items()
+               for name, spec in specs.items()}
     distinct = {_key(j): j for js in per_row.values() for j in js}
     results = dict(zip(distinct, study.run_grid(finetune, list(distinct.values()), executor=executor, jobs=jobs,
                                                  desc="fine-tunes")))
-    rows, first = {}, {}
-    for name, js in per_row.items():
-        signature = tuple(_key(j) for j in js)
+    out: dict[str, dict[str, Row]] = {t: {} for t in tables}
+    first: dict[tuple, str] = {}
+    for (t, name), js in per_row.items():
+        signature = (t, *(_key(j) for j in js))
         outs = [results[_key(j)] for j in js]
-        rows[name] = Row(name, pool([after_of(r) for r in outs], agent_seeds), outs, first.get(signature, ""))
+        out[t][name] = Row(name, pool([after_of(r) for r in outs], agent_seeds), outs, first.get(signature, ""))
         first.setdefault(signature, name)
-    return rows
+    return out
 
 
 def before_row(name: str, backbone: str, scenario: str, eval_seeds: Sequence[int], episode_s: int,
@@ -77,15 +86,24 @@ def before_row(name: str, backbone: str, scenario: str, eval_seeds: Sequence[int
     return Row(name, evaluate_backbone(backbone, scenario, eval_seeds, episode_s, ppo, surrogate))
 
 
+def control_specs(spec: dict) -> dict[str, dict]:
+    """The fine-tuned control row (:mod:`.controls`) of the fine-tune ``spec`` of the plain reward,
+    as :func:`finetune_rows` specs (to run in one grid with a table's other fine-tunes)."""
+    return {RANDOM_REWARD: {**spec, "oracle": random_reward_oracle(spec["oracle"])}}
+
+
+def fixed_control_rows(spec: dict, episode_s: int) -> dict[str, Row]:
+    """The two control rows without training: the backbone of ``spec`` decoded greedily, and the
+    max-queue heuristic, on ``spec``'s eval seeds."""
+    return {GREEDY_BEFORE: before_row(GREEDY_BEFORE, spec["backbone"], spec["scenario"], spec["eval_seeds"], episode_s,
+                                      greedy(spec.get("ppo")), spec.get("surrogate")),
+            MAX_QUEUE: Row(MAX_QUEUE, heuristic_evaluation(spec["scenario"], spec["eval_seeds"], episode_s))}
+
+
 def control_rows(spec: dict, agent_seeds: Sequence[int], episode_s: int, executor: str = "serial",
                  jobs: int | None = None) -> dict[str, Row]:
     """The three control rows (:mod:`.controls`) for the fine-tune ``spec`` of the plain reward."""
-    rows = finetune_rows({RANDOM_REWARD: {**spec, "oracle": random_reward_oracle(spec["oracle"])}}, agent_seeds,
-                         executor, jobs)
-    rows[GREEDY_BEFORE] = before_row(GREEDY_BEFORE, spec["backbone"], spec["scenario"], spec["eval_seeds"], episode_s,
-                                     greedy(spec.get("ppo")), spec.get("surrogate"))
-    rows[MAX_QUEUE] = Row(MAX_QUEUE, heuristic_evaluation(spec["scenario"], spec["eval_seeds"], episode_s))
-    return rows
+    return {**finetune_rows(control_specs(spec), agent_seeds, executor, jobs), **fixed_control_rows(spec, episode_s)}
 
 
 def training_curves(row: Row, key: str = "queue") -> list[list[float]]:

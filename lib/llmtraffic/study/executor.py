@@ -8,11 +8,15 @@ job uses in a worker process are noted in this process's provenance, as if the j
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -37,8 +41,9 @@ def run_grid(
 ) -> list[Any]:
     """Run ``fn(**task)`` for each task; results in task order.
 
-    ``executor``: ``serial``; ``processes`` (``jobs`` local processes, spawned so that torch
-    and SUMO state never leak between jobs; ``fn`` must be importable, i.e. defined in a module);
+    ``executor``: ``serial``; ``processes`` (``jobs`` local processes, spawned so that no torch
+    or SUMO state of this process leaks into them, and kept for the next grid of this process, see
+    :func:`_pool`; ``fn`` must be importable, i.e. defined in a module);
     ``ray`` (connects to ``$RAY_ADDRESS`` or starts a local cluster with ``jobs`` CPUs).
     """
     tasks = [dict(task) for task in tasks]
@@ -60,10 +65,11 @@ def run_grid(
 
 
 def _call(fn: Callable[..., Any], job: dict[str, Any]) -> tuple[Any, list[dict]]:
-    """Run one job in a worker; return its result and the cached artifacts it used."""
-    before = {a["key"] for a in provenance.artifacts()}
+    """Run one job in a worker; return its result and the cached artifacts it used (a worker
+    runs many jobs, so the ones an earlier job used are forgotten first)."""
+    provenance.forget_artifacts()
     result = fn(**job)
-    return result, [a for a in provenance.artifacts() if a["key"] not in before]
+    return result, provenance.artifacts()
 
 
 def _collect(outcome: tuple[Any, list[dict]]) -> Any:
@@ -80,13 +86,51 @@ def _processes(fn, jobs, workers, bar) -> list[Any]:
             "or inside another function. Move it into lib/llmtraffic/ or use executor 'serial' or 'ray'."
         )
     results: list[Any] = [None] * len(jobs)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = {pool.submit(_call, fn, job): i for i, job in enumerate(jobs)}
+    pool = _pool(workers)
+    futures = {pool.submit(_call, fn, job): i for i, job in enumerate(jobs)}
+    try:
         for future in as_completed(futures):
             results[futures[future]] = _collect(future.result())
             bar.update()
+    except BaseException as err:
+        for future in futures:
+            future.cancel()
+        if isinstance(err, (BrokenProcessPool, KeyboardInterrupt)):
+            _drop_pool()
+        raise
     return results
+
+
+_POOL: tuple[tuple, ProcessPoolExecutor] | None = None
+"""The worker processes of the last ``processes`` grid, and what they were started under."""
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """Spawned workers, reused from the last grid when nothing they were started under changed:
+    the worker count, the environment, ``sys.path`` and the library's source files (a worker
+    imports the library once; a notebook's grids would otherwise pay that import, ~9 s for the
+    LLM jobs, per grid and worker)."""
+    global _POOL
+    key = (workers, tuple(sorted(os.environ.items())), tuple(sys.path), _source_stamp())
+    if _POOL is not None and _POOL[0] == key:
+        return _POOL[1]
+    _drop_pool()
+    _POOL = key, ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    return _POOL[1]
+
+
+def _source_stamp() -> tuple[tuple[str, int], ...]:
+    """Modification times of the library's modules: edited code gets fresh workers."""
+    root = Path(__file__).resolve().parents[1]
+    return tuple((str(p), p.stat().st_mtime_ns) for p in sorted(root.rglob("*.py")))
+
+
+@atexit.register
+def _drop_pool() -> None:
+    global _POOL
+    if _POOL is not None:
+        _POOL[1].shutdown(wait=True, cancel_futures=True)
+        _POOL = None
 
 
 def _ray_init(ray, workers: int | None, attempts: int = 3) -> None:

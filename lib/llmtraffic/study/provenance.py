@@ -142,6 +142,11 @@ def note_artifact(entry: dict) -> None:
     _artifacts[entry["key"]] = entry
 
 
+def forget_artifacts() -> None:
+    """Start a new record of used artifacts (a ``run_grid`` worker, before each job)."""
+    _artifacts.clear()
+
+
 def artifacts() -> list[dict]:
     """The cached artifacts used so far by this process (and the jobs it ran through ``run_grid``)."""
     return list(_artifacts.values())
