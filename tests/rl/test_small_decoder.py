@@ -114,3 +114,31 @@ def test_models_side_by_side_each_answer_their_own_block_of_prompts():
     other.model.norm.weight.data.mul_(2)
     with pytest.raises(ValueError, match="outside their linear layers"):
         SmallDecoder(model, other)
+
+
+def test_stacked_decoders_answer_n_times_per_prompt_as_each_alone():
+    """Policies sampled together (lockstep training): decoder i's prompt, pre-filled once, gets
+    the n answers ``sample`` gives it alone with generator i."""
+    model, tok = tiny()
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in other.named_parameters():
+            if name.endswith("proj.weight"):
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(9)) * 0.2)
+    alone = [SmallDecoder(model), SmallDecoder(other), SmallDecoder(model, other)]
+    stacked = SmallDecoder.stack(alone)
+    assert stacked.models == 4
+    prompts = [tok(t, return_tensors="pt").input_ids[0] for t in ("Queue on north", "ETWT", "Queue", "NTST 12")]
+    gens = lambda: [torch.Generator().manual_seed(s) for s in (1, 2, 3, 4)]  # noqa: E731
+    together = stacked.sample_each(prompts, 8, [0], 0, generators=gens(), n=5)
+    assert together.shape[0] == 20
+    for r, (decoder, p, g) in enumerate(zip([alone[0], alone[1], alone[0], alone[1]], prompts, gens())):
+        own = decoder.sample(p, 5, 8, [0], 0, generator=g)
+        assert torch.equal(together[5 * r : 5 * r + 5, : own.shape[1]], own)
+    assert len({tuple(row.tolist()) for row in together[:5]}) > 1  # n draws, not one draw copied
+    changed = copy.deepcopy(other)
+    changed.model.norm.weight.data.mul_(2)
+    with pytest.raises(ValueError, match="outside their linear layers"):
+        SmallDecoder.stack([alone[0], SmallDecoder(changed)])
+    with pytest.raises(ValueError, match="2 generators for 4 prompts"):
+        stacked.sample_each(prompts, 8, [0], 0, generators=gens()[:2])

@@ -13,7 +13,7 @@ from llmtraffic.llm.tiny import tiny_tokenizer
 from llmtraffic.signal import evaluate
 from llmtraffic.signal.oracle import RewardConfig
 from llmtraffic.signal.oracle_training import (LLMController, OracleConfig, chat_prompter, decide, evaluate_policy,
-                                               select_best, train)
+                                               select_best, train, train_together)
 from llmtraffic.signal.llm_jobs import answer_agreement
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 from llmtraffic.signal.surrogate import SurrogateConfig, compact_prompt, load_surrogate, surrogate_ppo_config, train_surrogate
@@ -257,3 +257,35 @@ def test_two_ppo_episodes_cut_held_out_queue_and_random_reward_does_not(tmp_path
     # queue by 0-29 % here: median 25.3 against 35.5 at the start, trained 16.8, all six trained runs
     # below all six control runs.)
     assert median(after) < min(control_after), (start, after, control_after)
+
+
+def test_runs_trained_together_get_what_each_gets_alone(raw_surrogate, tmp_path):
+    """Lockstep training (the agent seeds of a row): the runs asking for the same G sample in one
+    stacked batch, and each ends with the statistics and adapters it gets trained alone."""
+    def policy(seed):
+        model, tok = load_surrogate(raw_surrogate)
+        return LMPolicy(model, tok, surrogate_ppo_config(group_size=4, seed=seed))
+
+    entropy = {"entropy": "softmax", "tau": 1.0}
+    cfgs = [OracleConfig(scenario="synthetic", episodes=2, episode_s=360, update_every_s=180, checkpoint_every_s=180,
+                         reward=reward, train_seed=10 * seed, seed=seed)
+            for seed, reward in ((0, entropy), (1, entropy), (2, {}))]
+    alone = [train(policy(c.seed), prompter, c, tmp_path / f"alone{c.seed}") for c in cfgs]
+    policies = [policy(c.seed) for c in cfgs]
+    sampled_alone = []
+    for p in policies:
+        sample = p.sample
+        p.sample = lambda prompt, group_size=None, _s=sample, _p=p, **kw: sampled_alone.append(_p) or _s(prompt, group_size, **kw)
+    together = train_together(policies, prompter, cfgs, [tmp_path / f"together{c.seed}" for c in cfgs])
+    # the two entropy runs (G = 4) never sampled alone; the G = 1 run is the only one of its size
+    assert {id(p) for p in sampled_alone} == {id(policies[2])} and len(sampled_alone) == 72
+    keys = ("queue", "mean_reward", "invalid_rate", "kl", "update_stats")
+    for ours, ref in zip(together, alone):
+        assert [{k: e[k] for k in keys} for e in ours["episodes"]] == [{k: e[k] for k in keys} for e in ref["episodes"]]
+        assert [p.name for p in ours["checkpoints"]] == [p.name for p in ref["checkpoints"]] and len(ours["checkpoints"]) == 4
+        a, b = (torch.load(r["checkpoints"][-1], weights_only=False)["adapters"] for r in (ours, ref))
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    first, second = (torch.load(r["checkpoints"][-1], weights_only=False)["adapters"] for r in together[:2])
+    assert not all(torch.equal(first[k], second[k]) for k in first)  # seeds matter: not one run copied
+    with pytest.raises(ValueError, match="2 policies, 3 configs"):
+        train_together(policies[:2], prompter, cfgs, [tmp_path] * 3)

@@ -15,7 +15,7 @@ def test_agent_job_seeds_training_episodes_and_ppo():
 
 
 def test_rows_run_each_distinct_job_once_and_name_shared_ones(monkeypatch):
-    calls = []
+    calls, groups = [], []
 
     def fake_finetune(backbone, scenario, oracle, eval_seeds, select_seed=50, ppo=None, surrogate=None):
         calls.append((oracle["reward"].get("hurdle", 0), oracle["seed"]))
@@ -23,11 +23,16 @@ def test_rows_run_each_distinct_job_once_and_name_shared_ones(monkeypatch):
         return {"params": {"oracle": {"scenario": scenario}}, "training": [{"queue": 1.0}, {"queue": 0.5}],
                 "after": {scenario: {"scenario": scenario, "episode_s": 10, "runs": runs, "agreement": [], "traces": []}}}
 
-    monkeypatch.setattr(llm_experiments, "finetune", fake_finetune)
+    def fake_together(jobs):
+        groups.append(sorted((j["oracle"]["reward"].get("hurdle", 0), j["oracle"]["seed"]) for j in jobs))
+        return [fake_finetune(**job) for job in jobs]
+
+    monkeypatch.setattr(llm_experiments, "finetune_together", fake_together)
     spec = {"backbone": "b", "scenario": "s", "eval_seeds": [100, 101], "oracle": {"reward": {}}}
     rows = finetune_rows({"R_env": spec, "Fig. 9, H_R = 0": spec, "hurdle": {**spec, "oracle": {"reward": {"hurdle": 2}}}},
                          agent_seeds=[0, 1])
     assert sorted(calls) == [(0, 0), (0, 1), (2, 0), (2, 1)]  # the shared row did not train again
+    assert sorted(groups) == [[(0, 0), (0, 1)], [(2, 0), (2, 1)]]  # a row's agent seeds train together
     assert rows["Fig. 9, H_R = 0"].same_as == "R_env" and rows["R_env"].same_as == "" and rows["hurdle"].same_as == ""
     runs = rows["R_env"].evaluation["runs"]
     assert [(r["agent_seed"], r["seed"], r["queue"]) for r in runs] == [(0, 100, 10), (0, 101, 10), (1, 100, 11), (1, 101, 11)]

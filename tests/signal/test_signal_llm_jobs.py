@@ -124,7 +124,7 @@ def test_finetune_job_runs_caches_and_reports(monkeypatch):
     def must_not_train(*args, **kw):
         raise AssertionError("a cached fine-tune was trained again")
 
-    monkeypatch.setattr(llm_jobs, "train", must_not_train)
+    monkeypatch.setattr(llm_jobs, "train_together", must_not_train)
     again = finetune(SURROGATE, "synthetic", **kwargs)
     assert again["after"]["synthetic"]["runs"] == evaluation["runs"]
 
@@ -142,8 +142,32 @@ def test_one_checkpoint_is_used_without_a_selection_episode(monkeypatch):
     def no_selection(*args, **kw):
         raise AssertionError("select_best ran with a single checkpoint")
 
-    monkeypatch.setattr(llm_jobs, "select_best", no_selection)
+    monkeypatch.setattr(llm_jobs, "select_best_together", no_selection)
     oracle = {"episodes": 1, "episode_s": 180, "update_every_s": 180, "checkpoint_every_s": 180}
     out = finetune(SURROGATE, "synthetic", oracle, [7], ppo={"group_size": 2}, surrogate=TINY)
     assert out["selection"] == [] and out["best_checkpoint"].endswith("ep0_t00180.pt")
     assert len(out["after"]["synthetic"]["runs"][0]["queue_series"]) == 18
+
+
+def test_fine_tunes_together_are_each_the_solo_fine_tune_and_share_its_cache(monkeypatch, tmp_path):
+    oracle = {"episodes": 1, "episode_s": 360, "update_every_s": 180, "checkpoint_every_s": 180,
+              "reward": {"entropy": "softmax", "tau": 1.0}}
+    jobs = [dict(backbone=SURROGATE, scenario="synthetic", oracle={**oracle, "seed": s, "train_seed": 10 * s},
+                 eval_seeds=[7, 8], select_seed=5, ppo={"group_size": 2, "seed": s}, surrogate=TINY, probe_every=12)
+            for s in (0, 1)]
+    together = llm_jobs.finetune_together(jobs)
+    assert together[0]["after"]["synthetic"]["runs"] != together[1]["after"]["synthetic"]["runs"]
+
+    def must_not_train(*args, **kw):
+        raise AssertionError("a fine-tune trained together was trained again")
+
+    with pytest.MonkeyPatch.context() as mp:  # the solo job finds the entry the group wrote
+        mp.setattr(llm_jobs, "train_together", must_not_train)
+        assert finetune(**jobs[1])["after"] == together[1]["after"]
+    monkeypatch.setenv("LLMTRAFFIC_RUNS", str(tmp_path))  # an empty cache: the job trained alone
+    alone = finetune(**jobs[1])
+    for key in ("training", "selection", "after"):
+        assert alone[key] == together[1][key], key
+    assert alone["best_checkpoint"].rsplit("/", 1)[1] == together[1]["best_checkpoint"].rsplit("/", 1)[1]
+    with pytest.raises(ValueError, match="differ in 'scenario'"):
+        llm_jobs.finetune_together([jobs[0], {**jobs[1], "scenario": "cologne1"}])

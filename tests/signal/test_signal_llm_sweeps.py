@@ -81,6 +81,6 @@ def test_a_sweep_runs_one_cached_fine_tune_per_level(monkeypatch):
     def must_not_train(*args, **kw):
         raise AssertionError("a cached level was trained again")
 
-    monkeypatch.setattr(llm_jobs, "train", must_not_train)
+    monkeypatch.setattr(llm_jobs, "train_together", must_not_train)
     monkeypatch.setattr(llm_jobs, "finetune", finetune)
     assert run_unique(jobs)[1]["after"] == results[1]["after"]

@@ -12,11 +12,16 @@ policy gives it its merged copy) and is rebuilt whenever they change.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+
+LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
+"""The linear layers of a decoder layer: the weights a LoRA merge changes."""
 
 
 def supports(model) -> bool:
@@ -42,40 +47,66 @@ class SmallDecoder:
     def __init__(self, model, *more):
         if not all(supports(m) for m in (model, *more)):
             raise ValueError("SmallDecoder runs float32 Qwen2 models with default RoPE on CPU only")
-        for other in more:
-            if not all(torch.equal(a, b) for a, b in zip(_shared(model), _shared(other), strict=True)):
-                raise ValueError("SmallDecoder: the models differ outside their linear layers")
-        self.models = 1 + len(more)
+        self.models = 1
         cfg, core = model.config, model.model
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.embed = core.embed_tokens.weight
         self.lm_head = model.lm_head.weight
         self.norm = (core.norm.weight, core.norm.variance_epsilon)
-        self.layers = [self._layer([m.model.layers[i] for m in (model, *more)]) for i in range(len(core.layers))]
+        self.layers = [self._layer(layer) for layer in core.layers]
         positions = torch.arange(cfg.max_position_embeddings)[None]
         with torch.no_grad():
             cos, sin = core.rotary_emb(self.embed[:1], positions)
         self.cos, self.sin = cos[0], sin[0]  # (positions, head_dim)
+        if more:
+            stacked = SmallDecoder.stack([self, *(SmallDecoder(m) for m in more)])
+            self.models, self.layers = stacked.models, stacked.layers
+
+    @classmethod
+    def stack(cls, decoders: list[SmallDecoder]) -> SmallDecoder:
+        """One decoder running the models of ``decoders`` side by side, in order (as if built
+        from all their models): for sampling several policies of one base together."""
+        if not decoders:
+            raise ValueError("SmallDecoder.stack: no decoders")
+        first = decoders[0]
+        for other in decoders[1:]:
+            if not all(torch.equal(a, b) for a, b in zip(first._frozen(), other._frozen(), strict=True)):
+                raise ValueError("SmallDecoder.stack: the models differ outside their linear layers")
+        out = copy.copy(first)
+        out.models = sum(d.models for d in decoders)
+        out.layers = [{**layers[0], **{name: cls._stacked([layer[name] for layer in layers], [d.models for d in decoders])
+                                       for name in LINEARS}}
+                      for layers in zip(*(d.layers for d in decoders))]
+        return out
+
+    def _frozen(self) -> list[Tensor]:
+        """The weights a LoRA merge leaves alone: embeddings, LM head, norms."""
+        return [self.embed, self.lm_head, self.norm[0], *(layer[n][0] for layer in self.layers for n in ("norm1", "norm2"))]
 
     @staticmethod
-    def _layer(layers: list) -> dict:
-        """One layer's weights; with several models, each linear weight stacked (models, out, in)."""
-        layer = layers[0]
+    def _stacked(linears: list[tuple[Tensor, Tensor | None]], models: list[int]) -> tuple[Tensor, Tensor | None]:
+        """(models, out, in) weights and (models, out) biases of one linear layer of several decoders
+        (a one-model decoder holds its weight as (out, in))."""
+        def lifted(t: Tensor, n: int) -> Tensor:
+            return t.detach() if n > 1 else t.detach()[None]
 
-        def linear(get) -> tuple[Tensor, Tensor | None]:
-            modules = [get(x) for x in layers]
-            if len(modules) == 1:
-                return modules[0].weight, modules[0].bias
-            bias = None if modules[0].bias is None else torch.stack([m.bias.detach() for m in modules])
-            return torch.stack([m.weight.detach() for m in modules]), bias
+        weights = torch.cat([lifted(w, n) for (w, _), n in zip(linears, models, strict=True)])
+        if linears[0][1] is None:
+            return weights, None
+        return weights, torch.cat([lifted(b, n) for (_, b), n in zip(linears, models, strict=True)])
 
+    @staticmethod
+    def _layer(layer) -> dict:
+        """One decoder layer's weights: norms as (weight, eps), linear layers as (weight, bias)."""
+        def linear(module) -> tuple[Tensor, Tensor | None]:
+            return module.weight, module.bias
+
+        attn, mlp = layer.self_attn, layer.mlp
         return {"norm1": (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon),
                 "norm2": (layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon),
-                "q": linear(lambda x: x.self_attn.q_proj), "k": linear(lambda x: x.self_attn.k_proj),
-                "v": linear(lambda x: x.self_attn.v_proj), "o": linear(lambda x: x.self_attn.o_proj),
-                "gate": linear(lambda x: x.mlp.gate_proj), "up": linear(lambda x: x.mlp.up_proj),
-                "down": linear(lambda x: x.mlp.down_proj)}
+                "q": linear(attn.q_proj), "k": linear(attn.k_proj), "v": linear(attn.v_proj), "o": linear(attn.o_proj),
+                "gate": linear(mlp.gate_proj), "up": linear(mlp.up_proj), "down": linear(mlp.down_proj)}
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """``x @ weight.T + bias``; with several models, row block i uses model i's weight."""
@@ -174,18 +205,22 @@ class SmallDecoder:
     @torch.no_grad()
     def sample_each(self, prompts: list[Tensor], max_new_tokens: int, stop_ids: list[int], pad_id: int,
                     temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                    generators: list[torch.Generator] | None = None) -> Tensor:
-        """One answer to each of ``prompts`` (1-D ids, any lengths) in one batch, as (rows, steps)
-        ids padded like :meth:`sample`. Row ``r`` draws from ``generators[r]`` alone, so its answer
-        is the one ``sample(prompts[r], 1, …, generators[r])`` gives (up to float rounding of the
-        batched arithmetic), whatever the other rows are.
+                    generators: list[torch.Generator] | None = None, n: int = 1) -> Tensor:
+        """``n`` answers to each of ``prompts`` (1-D ids, any lengths) in one batch, as (rows, steps)
+        ids padded like :meth:`sample`: rows ``n·r`` to ``n·r + n - 1`` answer prompt ``r`` and draw
+        from ``generators[r]`` alone, so they are the answers ``sample(prompts[r], n, …,
+        generators[r])`` gives (up to float rounding of the batched arithmetic), whatever the
+        other rows are.
 
         Prompts are left-padded: each row has its own positions, and a mask keeps padding out of
         every row's attention (a padding position sees itself only, so no row is all-masked).
-        With several models, ``prompts`` holds one equal block per model (see the class)."""
+        Each prompt is pre-filled once and its cache shared by its ``n`` rows. With several
+        models, ``prompts`` holds one equal block per model (see the class)."""
         rows, lengths = len(prompts), torch.tensor([len(p) for p in prompts])
         if rows % self.models:
             raise ValueError(f"sample_each: {rows} prompts do not split into {self.models} equal blocks")
+        if generators is not None and len(generators) != rows:
+            raise ValueError(f"sample_each: {len(generators)} generators for {rows} prompts")
         width = int(lengths.max())
         offset = width - lengths
         ids = torch.full((rows, width), pad_id, dtype=torch.long)
@@ -196,8 +231,11 @@ class SmallDecoder:
         causal = columns[None, :] <= columns[:, None]
         mask = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
         logits, cache = self.forward(ids, None, (columns[None] - offset[:, None]).clamp(min=0), mask[:, None])
+        if n > 1:  # each prompt's rows share its prefill; blocks stay contiguous per model
+            logits, lengths, valid = (t.repeat_interleave(n, 0) for t in (logits, lengths, valid))
+            cache = [(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in cache]
         gens = generators or [None] * rows
-        keys = torch.cat((valid, torch.ones(rows, max_new_tokens, dtype=torch.bool)), 1)[:, None, None, :]
+        keys = torch.cat((valid, torch.ones(rows * n, max_new_tokens, dtype=torch.bool)), 1)[:, None, None, :]
         return _decode(logits, cache, max_new_tokens, stop_ids, pad_id,
                        lambda x: draw_each(x, temperature, top_p, top_k, gens),
                        lambda token, step, cache: self.forward(token[:, None], cache, (lengths + step)[:, None],
@@ -221,13 +259,6 @@ def _decode(logits: Tensor, cache: list, max_new_tokens: int, stop_ids: list[int
     return torch.stack(out, 1)
 
 
-def _shared(model) -> list[Tensor]:
-    """The weights a LoRA merge leaves alone: embeddings, LM head, norms."""
-    core = model.model
-    norms = [w for layer in core.layers for w in (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)]
-    return [core.embed_tokens.weight, model.lm_head.weight, core.norm.weight, *norms]
-
-
 def next_token(logits: Tensor, temperature: float, top_p: float, top_k: int,
                generator: torch.Generator | None) -> Tensor:
     """One token per row: argmax at temperature 0, else a draw from :func:`warp`'s scores."""
@@ -238,12 +269,13 @@ def next_token(logits: Tensor, temperature: float, top_p: float, top_k: int,
 
 def draw_each(logits: Tensor, temperature: float, top_p: float, top_k: int,
               generators: list[torch.Generator | None]) -> Tensor:
-    """:func:`next_token` for each row from its own generator; the processors run on all rows
-    at once (they act row by row)."""
+    """:func:`next_token` for each equal block of rows (one per generator) from its own
+    generator; the processors run on all rows at once (they act row by row)."""
     if temperature == 0:
         return logits.argmax(-1)
     probs = warp(logits, temperature, top_p, top_k).softmax(-1)
-    return torch.cat([torch.multinomial(probs[r : r + 1], 1, generator=g)[:, 0] for r, g in enumerate(generators)])
+    n = len(probs) // len(generators)
+    return torch.cat([torch.multinomial(probs[n * r : n * r + n], 1, generator=g)[:, 0] for r, g in enumerate(generators)])
 
 
 def warp(logits: Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> Tensor:

@@ -31,15 +31,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 
 from .. import study
-from ..study.cache import work_dir
-from ..rl.llm_ppo import LMPolicy, torch_threads
+from ..rl.llm_ppo import LMPolicy, PolicyGroup, torch_threads
 from .backbones import TORCH_THREADS, backbone_params, backbone_unavailable, load_backbone
 from .evaluation import COLUMNS, evaluate_together
-from .oracle_training import LLMController, LLMControllers, OracleConfig, Prompter, select_best, train
+from .oracle_training import (LLMController, LLMControllers, OracleConfig, Prompter, select_best_together,
+                              train_together)
 from .prompt import parse_phase
 from .state import IntersectionState
 
@@ -89,12 +90,32 @@ def evaluate_run(policy: LMPolicy, prompter: Prompter, scenario: str, eval_seeds
                  episode_s: int = 3600, probe_every: int = 10, label: str = "llm") -> dict:
     """One evaluation (see the module docstring): metrics per seed, R_env per decision,
     cross-answer agreement every ``probe_every`` decisions, traces of the first seed."""
+    return evaluate_runs([policy], prompter, scenario, eval_seeds, episode_s, probe_every, label)[0]
+
+
+def evaluate_runs(policies: Sequence[LMPolicy], prompter: Prompter, scenario: str, eval_seeds: Sequence[int],
+                  episode_s: int = 3600, probe_every: int = 10, label: str = "llm") -> list[dict]:
+    """:func:`evaluate_run` of each policy; every episode of every policy played together where
+    they sample through one stacked decoder (:class:`~llmtraffic.rl.llm_ppo.PolicyGroup`), each
+    from its own generator (the same numbers, one batch per decision)."""
     if probe_every < 1:
         raise ValueError(f"probe_every must be >= 1, got {probe_every}")
+    sampler = PolicyGroup(list(policies)).decoder() if len(policies) > 1 else None
+    if len(policies) > 1 and sampler is None:
+        return [evaluate_run(p, prompter, scenario, eval_seeds, episode_s, probe_every, label) for p in policies]
+    controllers = [_RecordingController(p, prompter, label) for p in policies for _ in eval_seeds]
+    results = evaluate_together(scenario, LLMControllers(controllers, sampler), list(eval_seeds) * len(policies),
+                                episode_s)
+    n = len(eval_seeds)
+    return [_evaluation(p, scenario, episode_s, eval_seeds, controllers[k * n : k * n + n], results[k * n : k * n + n],
+                        probe_every) for k, p in enumerate(policies)]
+
+
+def _evaluation(policy: LMPolicy, scenario: str, episode_s: int, eval_seeds: Sequence[int],
+                controllers: Sequence[_RecordingController], results: Sequence[dict], probe_every: int) -> dict:
+    """One policy's evaluation from its played episodes, with its agreement probes and traces."""
     runs, agreement, traces = [], [], []
-    controllers = [_RecordingController(policy, prompter, label) for _ in eval_seeds]
-    results = evaluate_together(scenario, LLMControllers(controllers), eval_seeds, episode_s)
-    for seed, controller, result in zip(eval_seeds, controllers, results):
+    for seed, controller, result in zip(eval_seeds, controllers, results, strict=True):
         states = controller.states
         r_env = [float(a.total_queue - b.total_queue) for a, b in zip(states, states[1:])]
         runs.append({"seed": seed, **{k: result[k] for k in (*COLUMNS, "deadlock", "deadlock_time_s")},
@@ -142,39 +163,95 @@ def finetune(backbone: str, scenario: str, oracle: dict, eval_seeds: Sequence[in
     """Fine-tune ``backbone`` on ``scenario`` with PPO (Alg. 1), select the best checkpoint on the
     held-out episode ``select_seed`` (§4.1.3), evaluate it on ``eval_seeds`` of each of
     ``eval_scenarios`` (default: ``scenario``). Cached (kind ``tsc_finetune``); checkpoints live
-    in the artifact's own cache folder (``study.cache.work_dir``) so a killed run resumes.
+    in the artifact's own cache folder so a killed run resumes.
 
     ``oracle``: :class:`OracleConfig` fields except ``scenario`` (e.g. ``episodes``,
     ``episode_s``, ``reward={"hurdle": 2.7, "entropy": "softmax", "tau": 0}``,
     ``update_every_s``, ``checkpoint_every_s``, ``random_reward_std``).
     """
+    return finetune_together([dict(backbone=backbone, scenario=scenario, oracle=oracle, eval_seeds=eval_seeds,
+                                   select_seed=select_seed, ppo=ppo, surrogate=surrogate, eval_scenarios=eval_scenarios,
+                                   eval_episode_s=eval_episode_s, probe_every=probe_every)])[0]
+
+
+SHARED = ("backbone", "scenario", "surrogate", "eval_seeds", "select_seed", "eval_scenarios", "eval_episode_s",
+          "probe_every")
+""":func:`finetune_together`'s jobs share these: one base model, one prompt, one evaluation."""
+
+
+def finetune_together(jobs: Sequence[dict]) -> list[dict]:
+    """:func:`finetune` of each job (its keyword arguments), the uncached ones trained, selected
+    and evaluated together: on CPU, where the surrogate samples through a stacked decoder, every
+    decision of all of them is one batch (:func:`train_together`, ~2x cheaper per run for five
+    agent seeds), each run getting what it gets alone (up to float rounding). The jobs must
+    agree on :data:`SHARED` (e.g. the agent seeds of a table row). Each job keeps its own cache
+    entry, under the key :func:`finetune` uses. Elsewhere (an HF backbone) they run one by one."""
+    if not jobs:
+        raise ValueError("finetune_together: no jobs")
+    plans = [_plan(**job) for job in jobs]
+    for name in SHARED:
+        if len({json.dumps(plan[name], sort_keys=True) for plan in plans}) > 1:
+            raise ValueError(f"finetune_together: the jobs differ in {name!r}; run them apart")
+    first = plans[0]
+    reason = backbone_unavailable(first["backbone"])
+    if reason:
+        return [{"params": plan["params"], "unavailable": reason} for plan in plans]
+
+    def build(missing: list[int], folders: list[Path]) -> list[dict]:
+        chosen = [plans[i] for i in missing]
+        with torch_threads(TORCH_THREADS):
+            policy, prompter = _load(chosen[0])
+            if PolicyGroup([policy]).decoder() is None:  # no stacked decoder: one run after the other
+                return [_finetune_runs([policy if k == 0 else _load(plan)[0]], prompter, [plan], [folder])[0]
+                        for k, (plan, folder) in enumerate(zip(chosen, folders))]
+            policies = [policy, *(_load(plan)[0] for plan in chosen[1:])]
+            return _finetune_runs(policies, prompter, chosen, folders)
+
+    return study.cached_together("tsc_finetune", [plan["params"] for plan in plans], build)
+
+
+def _plan(backbone: str, scenario: str, oracle: dict, eval_seeds: Sequence[int], select_seed: int = 50,
+          ppo: dict | None = None, surrogate: dict | None = None, eval_scenarios: Sequence[str] | None = None,
+          eval_episode_s: int | None = None, probe_every: int = 10) -> dict:
+    """A :func:`finetune` job resolved: its :class:`OracleConfig`, evaluation settings and cache params."""
     cfg = OracleConfig(**{**oracle, "scenario": scenario})
     eval_episode_s = eval_episode_s or cfg.episode_s
     eval_scenarios = list(eval_scenarios or [scenario])
     params = {**backbone_params(backbone, scenario, ppo, surrogate), "oracle": json.loads(json.dumps(asdict(cfg))),
               "eval_seeds": list(eval_seeds), "select_seed": select_seed, "eval_scenarios": eval_scenarios,
               "eval_episode_s": eval_episode_s, "probe_every": probe_every}
-    reason = backbone_unavailable(backbone)
-    if reason:
-        return {"params": params, "unavailable": reason}
+    return dict(backbone=backbone, scenario=scenario, cfg=cfg, ppo=ppo, surrogate=surrogate, eval_seeds=list(eval_seeds),
+                select_seed=select_seed, eval_scenarios=eval_scenarios, eval_episode_s=eval_episode_s,
+                probe_every=probe_every, params=params)
 
-    def build() -> dict:
-        with torch_threads(TORCH_THREADS):
-            policy, prompter = load_backbone(backbone, scenario, ppo, surrogate)
-            out = work_dir()  # checkpoints beside the artifact: a killed build resumes from them
-            trained = train(policy, prompter, cfg, out)
-            checkpoints = trained["checkpoints"]
-            if len(checkpoints) == 1:  # one candidate: nothing to select, no held-out episode spent
-                best, selection = checkpoints[0], []
-                policy.load(best)
-            else:
-                best, selection = select_best(policy, prompter, checkpoints, scenario, select_seed, eval_episode_s)
-            after = {sc: evaluate_run(policy, prompter, sc, eval_seeds, eval_episode_s, probe_every, backbone)
-                     for sc in eval_scenarios}
-            return {"params": params, "training": trained["episodes"], "selection": selection,
-                    "best_checkpoint": str(best), "after": after}
 
-    return study.cached("tsc_finetune", params, build)
+def _load(plan: dict) -> tuple[LMPolicy, Prompter]:
+    return load_backbone(plan["backbone"], plan["scenario"], plan["ppo"], plan["surrogate"])
+
+
+def _finetune_runs(policies: list[LMPolicy], prompter: Prompter, plans: list[dict], folders: list[Path]) -> list[dict]:
+    """Train, select and evaluate the runs of ``plans`` together (checkpoints in ``folders``, so a
+    killed build resumes from them)."""
+    first = plans[0]
+    trained = train_together(policies, prompter, [plan["cfg"] for plan in plans], folders)
+    best: list[Path | None] = [None] * len(plans)
+    selection: list[list[dict]] = [[] for _ in plans]
+    several = [k for k, t in enumerate(trained) if len(t["checkpoints"]) > 1]
+    for k, t in enumerate(trained):
+        if k not in several:  # one candidate: nothing to select, no held-out episode spent
+            best[k] = t["checkpoints"][0]
+            policies[k].load(best[k])
+    if several:
+        chosen = select_best_together([policies[k] for k in several], prompter,
+                                      [trained[k]["checkpoints"] for k in several], first["scenario"],
+                                      first["select_seed"], first["eval_episode_s"])
+        for k, (path, rows) in zip(several, chosen):
+            best[k], selection[k] = path, rows
+    after = {sc: evaluate_runs(policies, prompter, sc, first["eval_seeds"], first["eval_episode_s"],
+                               first["probe_every"], first["backbone"]) for sc in first["eval_scenarios"]}
+    return [{"params": plan["params"], "training": trained[k]["episodes"], "selection": selection[k],
+             "best_checkpoint": str(best[k]), "after": {sc: after[sc][k] for sc in after}}
+            for k, plan in enumerate(plans)]
 
 
 # ----------------------------------------------------------------------------- tables

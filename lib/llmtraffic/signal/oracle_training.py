@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..rl.llm_ppo import Exchange, LMPolicy
+from ..rl.llm_ppo import Exchange, LMPolicy, PolicyGroup
 from ..rl.small_decoder import SmallDecoder
 from .env import SignalConfig, SignalEnv
 from .evaluation import evaluate_together
@@ -145,11 +145,16 @@ class LLMControllers:
     answers it would get alone)."""
 
     def __init__(self, controllers: Sequence[LLMController], sampler: SmallDecoder | None = None):
-        if not controllers or len({id(c.policy) for c in controllers}) != 1:
-            raise ValueError("LLMControllers: needs one or more controllers of one policy")
+        if not controllers:
+            raise ValueError("LLMControllers: no controllers")
+        if sampler is None and len({id(c.policy) for c in controllers}) != 1:
+            raise ValueError("LLMControllers: controllers of several policies need a sampler of all of them")
+        if len({c.policy.decoding() for c in controllers}) != 1:
+            raise ValueError("LLMControllers: the controllers' policies decode differently")
         self.controllers, self.sampler = list(controllers), sampler
-        """``sampler``: a decoder of several checkpoints, episode i played by checkpoint i
-        (:meth:`~llmtraffic.rl.llm_ppo.LMPolicy.checkpoints_decoder`); None: the policy's own."""
+        """``sampler``: a decoder of several models (checkpoints, :meth:`~llmtraffic.rl.llm_ppo.LMPolicy.
+        checkpoints_decoder`, or policies, :meth:`~llmtraffic.rl.llm_ppo.PolicyGroup.decoder`), an
+        equal block of the episodes per model in order; None: the policy's own."""
 
     def reset(self, seeds: Sequence[int]) -> None:
         for controller, seed in zip(self.controllers, seeds, strict=True):
@@ -188,12 +193,42 @@ def decide(policy: LMPolicy, prompter: Prompter, state: IntersectionState, histo
     """Alg. 1's inner step: G answers (``group_size``, default the policy's), the first one's
     phase, the histogram of all of them (Alg. 3)."""
     texts, exchange = policy.sample(prompter(state, history), group_size=group_size)
+    return (*judge(texts, state), exchange)
+
+
+def judge(texts: Sequence[str], state: IntersectionState) -> tuple[int, bool, np.ndarray]:
+    """The first answer's phase and whether it named one, and the histogram of the G phases."""
     phases, valid = semantic_phases(texts, state)
-    return phases[0], valid[0], phase_counts(phases, len(state.phases)), exchange
+    return phases[0], valid[0], phase_counts(phases, len(state.phases))
+
+
+Request = tuple[str, int | None]
+"""What a training run asks of its policy at a decision: G answers (``group_size``; None: the
+policy's own G) to a prompt, answered with ``policy.sample(prompt, group_size)``'s result."""
+Training = Generator[Request, tuple[list[str], Exchange], dict]
+"""A training run as a generator of :data:`Request`: :func:`train` answers them one run at a
+time, :func:`train_together` for several runs in one batch."""
+
+
+def _alone(policy: LMPolicy, run: Training) -> dict:
+    """Drive ``run``, answering each request with ``policy.sample``; its result."""
+    try:
+        request = next(run)
+        while True:
+            request = run.send(policy.sample(*request))
+    except StopIteration as done:
+        return done.value
 
 
 def train_episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, seed: int,
                   on_checkpoint: Callable[[int], None], rng: np.random.Generator) -> dict:
+    """One training episode (Alg. 1): act, reward, update every ``update_every_s``; see
+    :func:`_episode`."""
+    return _alone(policy, _episode(env, policy, prompter, cfg, seed, on_checkpoint, rng))
+
+
+def _episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, seed: int,
+             on_checkpoint: Callable[[int], None], rng: np.random.Generator, progress: bool = True) -> Training:
     """One training episode (Alg. 1): act, reward, update every ``update_every_s``.
 
     A reward without an entropy term reads only the chosen answer, so only that one is drawn
@@ -207,11 +242,12 @@ def train_episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: Ora
     buffer: list[Exchange] = []
     rewards, invalid, updates = [], 0, []
     bar = tqdm(total=cfg.episode_s // 10, desc=f"LLM PPO episode (seed {seed})", unit="decision", leave=False,
-               mininterval=2)
+               mininterval=2, disable=not progress)
     done = False
     while not done:
         state = info["state"]
-        action, valid, counts, exchange = decide(policy, prompter, state, history, group_size)
+        texts, exchange = yield prompter(state, history), group_size
+        action, valid, counts = judge(texts, state)
         _, _, terminated, truncated, info = env.step(action)
         if cfg.random_reward_std is None:
             reward = cfg.reward(state, action, info["state"], counts)
@@ -245,36 +281,83 @@ def train(policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, out_dir: str 
 
     Returns ``{"episodes": [per-episode stats], "checkpoints": [paths in order]}``.
     """
+    return _alone(policy, _training(policy, prompter, cfg, out_dir))
+
+
+def train_together(policies: Sequence[LMPolicy], prompter: Prompter, cfgs: Sequence[OracleConfig],
+                   out_dirs: Sequence[str | Path]) -> list[dict]:
+    """``train(policies[i], prompter, cfgs[i], out_dirs[i])`` for every i, in lockstep: at each
+    decision the runs that ask for the same G sample in one batch (:class:`PolicyGroup`), each
+    from its own generator, so each run gets what it gets alone (up to float rounding of the
+    batched arithmetic; the agent seeds of a table row, trained at the cost of little more than
+    one). Each run keeps its own checkpoints, progress file and resumption."""
+    if not len(policies) == len(cfgs) == len(out_dirs):
+        raise ValueError(f"train_together: {len(policies)} policies, {len(cfgs)} configs, {len(out_dirs)} folders")
+    runs = [_training(p, prompter, c, o, progress=False) for p, c, o in zip(policies, cfgs, out_dirs)]
+    requests: dict[int, Request] = {}
+    results: list[dict] = [{}] * len(runs)
+    groups: dict[tuple[int, ...], PolicyGroup] = {}
+
+    def advance(i: int, answer: tuple[list[str], Exchange] | None = None) -> None:
+        try:
+            requests[i] = next(runs[i]) if answer is None else runs[i].send(answer)
+        except StopIteration as done:
+            results[i] = done.value
+            requests.pop(i, None)
+
+    for i in range(len(runs)):
+        advance(i)
+    bar = tqdm(total=sum(c.episodes * c.episode_s // 10 for c in cfgs), desc=f"LLM PPO, {len(runs)} runs together",
+               unit="decision", leave=False, mininterval=2)
+    while requests:
+        by_size: dict[int, list[int]] = {}
+        for i, (_, size) in requests.items():
+            by_size.setdefault(size or policies[i].cfg.group_size, []).append(i)
+        for size, members in by_size.items():
+            if tuple(members) not in groups:
+                groups[tuple(members)] = PolicyGroup([policies[i] for i in members])
+            group = groups[tuple(members)]
+            answers = group.sample([requests[i][0] for i in members], size)
+            for i, answer in zip(members, answers):
+                advance(i, answer)
+            bar.update(len(members))
+    bar.close()
+    return results
+
+
+def _training(policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, out_dir: str | Path,
+              progress: bool = True) -> Training:
+    """:func:`train` as a generator of :data:`Request`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     progress_file = out / "progress.json"
-    progress = {"config": json.loads(json.dumps(asdict(cfg))), "episodes": [], "checkpoints": []}
+    progress_log = {"config": json.loads(json.dumps(asdict(cfg))), "episodes": [], "checkpoints": []}
     if progress_file.exists():
         saved = json.loads(progress_file.read_text())
-        if saved["config"] != progress["config"]:
+        if saved["config"] != progress_log["config"]:
             raise ValueError(f"{out} holds a run with a different OracleConfig; use another folder")
-        progress = saved
-        if progress["checkpoints"]:
-            policy.load(out / progress["checkpoints"][-1])
-    rng = np.random.default_rng([cfg.seed, len(progress["episodes"])])
+        progress_log = saved
+        if progress_log["checkpoints"]:
+            policy.load(out / progress_log["checkpoints"][-1])
+    rng = np.random.default_rng([cfg.seed, len(progress_log["episodes"])])
     # Every SUMO episode in a fresh process, as in evaluation: a later libsumo start in one
     # process is not bit-reproducible on Cologne1, which made two runs of one seed differ.
     env_cfg = SignalConfig(episode_s=cfg.episode_s, fresh_process=True)
     with SignalEnv(cfg.scenario, env_cfg, seed=cfg.train_seed) as env:
-        for episode in range(len(progress["episodes"]), cfg.episodes):
+        for episode in range(len(progress_log["episodes"]), cfg.episodes):
 
             def checkpoint(t: int, episode: int = episode) -> None:
                 name = f"ep{episode}_t{t:05d}.pt"
                 policy.save(out / name)
-                if name in progress["checkpoints"]:  # a resumed episode overwrites its old checkpoints
-                    progress["checkpoints"].remove(name)
-                progress["checkpoints"].append(name)
-                _write_json(progress_file, progress)
+                if name in progress_log["checkpoints"]:  # a resumed episode overwrites its old checkpoints
+                    progress_log["checkpoints"].remove(name)
+                progress_log["checkpoints"].append(name)
+                _write_json(progress_file, progress_log)
 
-            stats = train_episode(env, policy, prompter, cfg, cfg.train_seed + episode, checkpoint, rng)
-            progress["episodes"].append({"episode": episode, **stats})
-            _write_json(progress_file, progress)
-    return {"episodes": progress["episodes"], "checkpoints": [out / c for c in progress["checkpoints"]]}
+            stats = yield from _episode(env, policy, prompter, cfg, cfg.train_seed + episode, checkpoint, rng, progress)
+            progress_log["episodes"].append({"episode": episode, **stats})
+            _write_json(progress_file, progress_log)
+    return {"episodes": progress_log["episodes"], "checkpoints": [out / c for c in progress_log["checkpoints"]]}
 
 
 def select_best(policy: LMPolicy, prompter: Prompter, checkpoints: Sequence[Path], scenario: str,
@@ -283,16 +366,37 @@ def select_best(policy: LMPolicy, prompter: Prompter, checkpoints: Sequence[Path
 
     Leaves ``policy`` loaded with the best checkpoint; returns it with one row per candidate.
     """
-    if not checkpoints:
+    return select_best_together([policy], prompter, [checkpoints], scenario, seed, episode_s)[0]
+
+
+def select_best_together(policies: Sequence[LMPolicy], prompter: Prompter, checkpoints: Sequence[Sequence[Path]],
+                         scenario: str, seed: int, episode_s: int = 3600) -> list[tuple[Path, list[dict]]]:
+    """:func:`select_best` of each policy among its own checkpoints, every candidate of every
+    policy played together where they sample through :class:`SmallDecoder` (the same numbers,
+    one batch per decision); one after the other elsewhere."""
+    if len(checkpoints) != len(policies):
+        raise ValueError(f"select_best: {len(checkpoints)} lists of checkpoints for {len(policies)} policies")
+    if not all(checkpoints):
         raise ValueError("select_best: no checkpoints")
-    decoder = policy.checkpoints_decoder(list(checkpoints))
-    if decoder is None:  # one checkpoint after the other
-        results = []
-        for path in checkpoints:
-            policy.load(path)
-            results += evaluate_policy(policy, prompter, scenario, [seed], episode_s)
-    else:  # all of them together, each on its own simulator (the same numbers, one batch per decision)
-        results = evaluate_policy(policy, prompter, scenario, [seed] * len(checkpoints), episode_s, sampler=decoder)
+    decoders = [p.checkpoints_decoder(list(c)) for p, c in zip(policies, checkpoints)]
+    if all(d is not None for d in decoders):
+        everyone = SmallDecoder.stack(decoders)
+        results = evaluate_policy(policies[0], prompter, scenario, [seed] * everyone.models, episode_s, sampler=everyone)
+        bounds = np.cumsum([0, *map(len, checkpoints)])
+        per_policy = [results[a:b] for a, b in zip(bounds, bounds[1:])]
+    else:  # one checkpoint after the other
+        per_policy = []
+        for policy, paths in zip(policies, checkpoints):
+            results = []
+            for path in paths:
+                policy.load(path)
+                results += evaluate_policy(policy, prompter, scenario, [seed], episode_s)
+            per_policy.append(results)
+    return [_best(policy, paths, results) for policy, paths, results in zip(policies, checkpoints, per_policy)]
+
+
+def _best(policy: LMPolicy, checkpoints: Sequence[Path], results: list[dict]) -> tuple[Path, list[dict]]:
+    """The candidate with the lowest queue among those that did not deadlock, loaded into ``policy``."""
     rows = [{"checkpoint": Path(path).name, "queue": r["queue"], "deadlock": r["deadlock"], "invalid_rate": r["invalid_rate"]}
             for path, r in zip(checkpoints, results)]
     best = min(range(len(rows)), key=lambda i: (rows[i]["deadlock"], rows[i]["queue"]))

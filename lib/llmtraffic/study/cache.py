@@ -22,8 +22,8 @@ import json
 import os
 import pickle
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from functools import lru_cache
 from pathlib import Path
 from types import CodeType, ModuleType
@@ -278,9 +278,53 @@ def cached(kind: str, params: dict[str, Any], build: Callable[[], T]) -> T:
             value = build()
         finally:
             _building.pop()
-        meta = {"kind": kind, "key": key, "params": params, "sources": sources, "files": sorted(f.as_posix() for f in files)}
-        write_unit(folder, {
-            "artifact.pkl": pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
-            "meta.json": (json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n").encode(),
-        })
+        _store(folder, value, {"kind": kind, "key": key, "params": params, "sources": sources}, files)
     return value
+
+
+def _store(folder: Path, value: Any, meta: dict[str, Any], files: Iterable[Path]) -> None:
+    """Write ``artifact.pkl`` and ``meta.json`` (``meta`` plus the source files covered) at once."""
+    meta = {**meta, "files": sorted(f.as_posix() for f in files)}
+    write_unit(folder, {
+        "artifact.pkl": pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
+        "meta.json": (json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n").encode(),
+    })
+
+
+def cached_together(kind: str, params: Sequence[dict[str, Any]], build: Callable[[list[int], list[Path]], list[T]]) -> list[T]:
+    """``cached(kind, params[i], …)`` for every i, the missing artifacts built by one call
+    ``build(missing, folders)`` (indices into ``params`` and their cache folders, for the
+    builds' own files) that returns their values in that order: for jobs that are cheaper
+    together (agent seeds trained in lockstep). Keys are those of ``cached`` (the digest of the
+    source ``build`` depends on), so a job built together is served to a lone ``cached`` call of
+    it from the same module, and the other way round. Locks are taken in key order (no
+    deadlock with another process building an overlapping set)."""
+    sources, files = dependency_digest(build)
+    keys = [cache_key(kind, p, sources) for p in params]
+    folders = [runs_dir() / "cache" / kind / key for key in keys]
+    for key, folder in zip(keys, folders):
+        provenance.note_artifact({"kind": kind, "key": key, "sources": sources, "path": str(folder)})
+    values: dict[int, T] = {}
+
+    def load_hits() -> list[int]:
+        for i, folder in enumerate(folders):
+            hit = None if i in values or fresh() else _load(folder / "artifact.pkl")
+            if hit is not None:
+                values[i] = hit[0]
+        return [i for i in range(len(params)) if i not in values]
+
+    missing = load_hits()
+    if not missing:
+        return [values[i] for i in range(len(params))]
+    with ExitStack() as locks:
+        for i in sorted(set(missing), key=lambda i: keys[i]):
+            locks.enter_context(_build_lock(folders[i]))
+        missing = load_hits() if not fresh() else missing  # some built by another process meanwhile
+        if missing:
+            built = build(missing, [folders[i] for i in missing])
+            if len(built) != len(missing):
+                raise ValueError(f"cached_together: the build returned {len(built)} values for {len(missing)} jobs")
+            for i, value in zip(missing, built):
+                _store(folders[i], value, {"kind": kind, "key": keys[i], "params": params[i], "sources": sources}, files)
+                values[i] = value
+    return [values[i] for i in range(len(params))]
