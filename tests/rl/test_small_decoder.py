@@ -7,7 +7,7 @@ import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from llmtraffic.llm.tiny import TinySpec, build_tiny
-from llmtraffic.rl.small_decoder import SmallDecoder, supports, warp
+from llmtraffic.rl.small_decoder import SmallDecoder, nucleus, supports
 
 CORPUS = ["Queue on north approach: 12 vehicles. Choose the next phase.", "<signal>2</signal> ETWT NTST"] * 4
 
@@ -51,8 +51,10 @@ def test_sampling_processors_are_generates(temperature, top_p, top_k):
     hf = LogitsProcessorList([TemperatureLogitsWarper(temperature)] + ([TopKLogitsWarper(top_k)] if top_k else [])
                              + ([TopPLogitsWarper(top_p)] if top_p < 1 else []))
     expected = hf(None, logits.clone())
-    assert torch.equal(torch.isinf(warp(logits, temperature, top_p, top_k)), torch.isinf(expected))
-    assert torch.allclose(warp(logits, temperature, top_p, top_k).softmax(-1), expected.softmax(-1), atol=1e-6)
+    probs, order = nucleus(logits, temperature, top_p, top_k)
+    ours = torch.zeros_like(probs).scatter(-1, order, probs)  # back to token order
+    assert torch.equal(ours == 0, torch.isinf(expected))
+    assert torch.allclose(ours / ours.sum(-1, keepdim=True), expected.softmax(-1), atol=1e-6)
 
 
 def test_sampling_is_seeded_by_the_generator_and_draws_the_models_distribution():

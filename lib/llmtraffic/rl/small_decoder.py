@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
-"""The linear layers of a decoder layer: the weights a LoRA merge changes."""
+LINEARS = ("qkv", "o", "gate_up", "down")
+"""The linear layers of a decoder layer (query, key and value projections as one, gate and up
+as one: fewer calls per token): the weights a LoRA merge changes."""
 
 
 def supports(model) -> bool:
@@ -86,36 +87,40 @@ class SmallDecoder:
 
     @staticmethod
     def _stacked(linears: list[tuple[Tensor, Tensor | None]], models: list[int]) -> tuple[Tensor, Tensor | None]:
-        """(models, out, in) weights and (models, out) biases of one linear layer of several decoders
-        (a one-model decoder holds its weight as (out, in))."""
-        def lifted(t: Tensor, n: int) -> Tensor:
-            return t.detach() if n > 1 else t.detach()[None]
-
-        weights = torch.cat([lifted(w, n) for (w, _), n in zip(linears, models, strict=True)])
+        """One linear layer of several decoders as (models, in, out) weights and (models, 1, out)
+        biases, the operands of one ``baddbmm`` (a one-model decoder holds them as ``nn.Linear``
+        does: (out, in) and (out,))."""
+        weights = torch.cat([w.detach() if n > 1 else w.detach().t()[None] for (w, _), n in zip(linears, models, strict=True)])
         if linears[0][1] is None:
             return weights, None
-        return weights, torch.cat([lifted(b, n) for (_, b), n in zip(linears, models, strict=True)])
+        return weights, torch.cat([b.detach() if n > 1 else b.detach()[None, None] for (_, b), n in zip(linears, models, strict=True)])
 
     @staticmethod
     def _layer(layer) -> dict:
-        """One decoder layer's weights: norms as (weight, eps), linear layers as (weight, bias)."""
-        def linear(module) -> tuple[Tensor, Tensor | None]:
-            return module.weight, module.bias
+        """One decoder layer's weights: norms as (weight, eps), linear layers as (weight, bias),
+        the q, k, v projections concatenated (one matmul), and gate and up likewise."""
+        def fused(*modules) -> tuple[Tensor, Tensor | None]:
+            weight = torch.cat([m.weight.detach() for m in modules])
+            biases = [m.bias for m in modules]
+            if all(b is None for b in biases):
+                return weight, None
+            return weight, torch.cat([b.detach() if b is not None else m.weight.new_zeros(m.out_features)
+                                      for m, b in zip(modules, biases)])
 
         attn, mlp = layer.self_attn, layer.mlp
         return {"norm1": (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon),
                 "norm2": (layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon),
-                "q": linear(attn.q_proj), "k": linear(attn.k_proj), "v": linear(attn.v_proj), "o": linear(attn.o_proj),
-                "gate": linear(mlp.gate_proj), "up": linear(mlp.up_proj), "down": linear(mlp.down_proj)}
+                "qkv": fused(attn.q_proj, attn.k_proj, attn.v_proj), "o": fused(attn.o_proj),
+                "gate_up": fused(mlp.gate_proj, mlp.up_proj), "down": fused(mlp.down_proj)}
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        """``x @ weight.T + bias``; with several models, row block i uses model i's weight."""
+        """``x @ weight.T + bias``; with several models, row block i uses model i's weight (see
+        :meth:`_stacked` for their layout)."""
         if self.models == 1:
             return F.linear(x, weight, bias)
         rows, length, width = x.shape
-        y = torch.bmm(x.reshape(self.models, -1, width), weight.transpose(1, 2))
-        if bias is not None:
-            y = y + bias[:, None, :]
+        x = x.reshape(self.models, -1, width)
+        y = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
         return y.view(rows, length, -1)
 
     # --- the model's function -----------------------------------------------------------
@@ -135,11 +140,11 @@ class SmallDecoder:
         half = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
 
-    def forward(self, ids: Tensor, cache: list[tuple[Tensor, Tensor]] | None = None, positions: Tensor | None = None,
-                mask: Tensor | None = None) -> tuple[Tensor, list]:
+    def forward(self, ids: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
+                mask: Tensor | None = None) -> tuple[Tensor, KVCache]:
         """Logits of the last position of each row of ``ids`` (batch, length) following
-        ``cache`` (one (keys, values) per layer, or None), and the extended cache; ``positions``
-        and ``mask`` as in :meth:`_trunk`."""
+        ``cache`` (or None), and the cache extended by them (the same object); ``positions`` and
+        ``mask`` as in :meth:`_trunk`."""
         h, new_cache = self._trunk(ids, cache, positions, mask)
         return self.output(self._rms(h[:, -1], self.norm)), new_cache
 
@@ -158,8 +163,8 @@ class SmallDecoder:
         """The LM head: logits of hidden states ``h``."""
         return F.linear(h, self.lm_head)
 
-    def _trunk(self, ids: Tensor, cache: list[tuple[Tensor, Tensor]] | None, positions: Tensor | None = None,
-               mask: Tensor | None = None) -> tuple[Tensor, list]:
+    def _trunk(self, ids: Tensor, cache: KVCache | None, positions: Tensor | None = None,
+               mask: Tensor | None = None) -> tuple[Tensor, KVCache]:
         """The decoder layers: hidden states before the final norm, and the extended cache.
 
         Rows of one prompt each (see :meth:`sample_each`) pass their own ``positions`` (batch,
@@ -167,25 +172,28 @@ class SmallDecoder:
         them, positions follow the cache and attention is causal."""
         batch, length = ids.shape
         rope = None if positions is None else (self.cos[positions][:, None], self.sin[positions][:, None])
-        start = 0 if cache is None else cache[0][0].shape[2]
+        start = 0 if cache is None else cache.length
         h = F.embedding(ids, self.embed)
-        new_cache = []
+        computed = []
         for i, p in enumerate(self.layers):
             x = self._rms(h, p["norm1"])
-            q = self._linear(x, *p["q"]).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
-            k = self._linear(x, *p["k"]).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-            v = self._linear(x, *p["v"]).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
+            qkv = self._linear(x, *p["qkv"]).view(batch, length, self.heads + 2 * self.kv_heads, self.head_dim)
+            q, k, v = qkv.transpose(1, 2).split([self.heads, self.kv_heads, self.kv_heads], 1)
             q, k = self._rotate(q, start, rope), self._rotate(k, start, rope)
             if cache is not None:
-                k, v = torch.cat((cache[i][0], k), 2), torch.cat((cache[i][1], v), 2)
-            new_cache.append((k, v))
+                k, v = cache.write(i, k, v)
+            computed.append((k, v))
             attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                   is_causal=mask is None and cache is None and length > 1,
                                                   enable_gqa=self.heads != self.kv_heads)
             h = h + self._linear(attn.transpose(1, 2).reshape(batch, length, -1), *p["o"])
             x = self._rms(h, p["norm2"])
-            h = h + self._linear(F.silu(self._linear(x, *p["gate"])) * self._linear(x, *p["up"]), *p["down"])
-        return h, new_cache
+            gate, up = self._linear(x, *p["gate_up"]).chunk(2, -1)
+            h = h + self._linear(F.silu(gate) * up, *p["down"])
+        if cache is None:
+            return h, KVCache(computed)
+        cache.length += length
+        return h, cache
 
     # --- sampling ------------------------------------------------------------------------
 
@@ -197,9 +205,8 @@ class SmallDecoder:
         ``pad_id`` after its stop token, as ``generate`` does. ``temperature=0``: greedy."""
         self._one_model("sample")
         logits, cache = self.forward(prompt[None])
-        cache = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in cache]
-        return _decode(logits.expand(n, -1), cache, max_new_tokens, stop_ids, pad_id,
-                       lambda x: next_token(x, temperature, top_p, top_k, generator),
+        return _decode(logits.expand(n, -1), cache.repeated(n, max_new_tokens), max_new_tokens, stop_ids, pad_id,
+                       lambda x: draw(x, temperature, top_p, top_k, [generator]),
                        lambda token, step, cache: self.forward(token[:, None], cache))
 
     @torch.no_grad()
@@ -233,17 +240,16 @@ class SmallDecoder:
         logits, cache = self.forward(ids, None, (columns[None] - offset[:, None]).clamp(min=0), mask[:, None])
         if n > 1:  # each prompt's rows share its prefill; blocks stay contiguous per model
             logits, lengths, valid = (t.repeat_interleave(n, 0) for t in (logits, lengths, valid))
-            cache = [(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in cache]
         gens = generators or [None] * rows
         keys = torch.cat((valid, torch.ones(rows * n, max_new_tokens, dtype=torch.bool)), 1)[:, None, None, :]
-        return _decode(logits, cache, max_new_tokens, stop_ids, pad_id,
-                       lambda x: draw_each(x, temperature, top_p, top_k, gens),
+        return _decode(logits, cache.repeated(n, max_new_tokens), max_new_tokens, stop_ids, pad_id,
+                       lambda x: draw(x, temperature, top_p, top_k, gens),
                        lambda token, step, cache: self.forward(token[:, None], cache, (lengths + step)[:, None],
                                                                keys[..., : width + step + 1]))
 
 
-def _decode(logits: Tensor, cache: list, max_new_tokens: int, stop_ids: list[int], pad_id: int,
-            draw: Callable[[Tensor], Tensor], advance: Callable[[Tensor, int, list], tuple[Tensor, list]]) -> Tensor:
+def _decode(logits: Tensor, cache: KVCache, max_new_tokens: int, stop_ids: list[int], pad_id: int,
+            draw: Callable[[Tensor], Tensor], advance: Callable[[Tensor, int, KVCache], tuple[Tensor, KVCache]]) -> Tensor:
     """The decoding loop of both samplers: ``draw`` a token per row from ``logits``, pad rows
     that have stopped, ``advance`` the cache by the new tokens; (rows, steps) ids."""
     stops = torch.tensor(stop_ids)
@@ -259,35 +265,68 @@ def _decode(logits: Tensor, cache: list, max_new_tokens: int, stop_ids: list[int
     return torch.stack(out, 1)
 
 
-def next_token(logits: Tensor, temperature: float, top_p: float, top_k: int,
-               generator: torch.Generator | None) -> Tensor:
-    """One token per row: argmax at temperature 0, else a draw from :func:`warp`'s scores."""
+def draw(logits: Tensor, temperature: float, top_p: float, top_k: int,
+         generators: list[torch.Generator | None]) -> Tensor:
+    """One token per row from :func:`nucleus`'s distribution (argmax at temperature 0); each
+    equal block of rows (one per generator) draws its uniforms from its own generator, so a
+    block's tokens do not depend on the other rows (inverse CDF: one ``rand`` per block where
+    ``torch.multinomial`` cost ~0.1 ms a call here)."""
     if temperature == 0:
         return logits.argmax(-1)
-    return torch.multinomial(warp(logits, temperature, top_p, top_k).softmax(-1), 1, generator=generator)[:, 0]
-
-
-def draw_each(logits: Tensor, temperature: float, top_p: float, top_k: int,
-              generators: list[torch.Generator | None]) -> Tensor:
-    """:func:`next_token` for each equal block of rows (one per generator) from its own
-    generator; the processors run on all rows at once (they act row by row)."""
-    if temperature == 0:
-        return logits.argmax(-1)
-    probs = warp(logits, temperature, top_p, top_k).softmax(-1)
+    probs, order = nucleus(logits, temperature, top_p, top_k)
+    cdf = probs.cumsum(-1)
     n = len(probs) // len(generators)
-    return torch.cat([torch.multinomial(probs[n * r : n * r + n], 1, generator=g)[:, 0] for r, g in enumerate(generators)])
+    u = torch.cat([torch.rand(n, 1, generator=g) for g in generators]) * cdf[:, -1:]
+    pick = torch.searchsorted(cdf, u, right=True).clamp(max=probs.shape[-1] - 1)
+    return order.gather(-1, pick)[:, 0]
 
 
-def warp(logits: Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> Tensor:
-    """``generate``'s sampling processors in its order: temperature, top-k (0: off), top-p
-    (1: off; the most likely token always stays). Removed tokens get -inf."""
-    scores = logits / temperature
+def nucleus(logits: Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> tuple[Tensor, Tensor]:
+    """``generate``'s sampling processors in its order: temperature, top-k (0: off), top-p (1:
+    off; the most likely token always stays), as probabilities over the tokens sorted by
+    decreasing score, and that order (token ids). Removed tokens get probability 0; the others
+    keep their softmax values (not renormalised: :func:`draw` scales by their sum)."""
+    scores, order = torch.sort(logits / temperature, descending=True)
     if top_k:
-        kth = torch.topk(scores, min(top_k, scores.shape[-1]))[0][..., -1:]
-        scores = scores.masked_fill(scores < kth, -torch.inf)
-    if top_p < 1.0:
-        ordered, order = torch.sort(scores, descending=False)
-        drop = ordered.softmax(-1).cumsum(-1) <= 1 - top_p
-        drop[..., -1] = False
-        scores = scores.masked_fill(drop.scatter(-1, order, drop), -torch.inf)
-    return scores
+        k = min(top_k, scores.shape[-1])
+        scores = scores.masked_fill(scores < scores[..., k - 1 : k], -torch.inf)
+    probs = scores.softmax(-1)
+    if top_p < 1.0:  # generate drops a token when the mass of tokens no likelier than it is <= 1 - top_p
+        probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p, 0.0)
+    return probs, order
+
+
+class KVCache:
+    """Keys and values of each layer, (rows, kv_heads, positions, head_dim), in buffers with room
+    for more positions: a decoding step writes its keys in place instead of copying the whole
+    cache (``torch.cat`` of every layer at every step), growing the buffers when out of room."""
+
+    def __init__(self, layers: list[tuple[Tensor, Tensor]], room: int = 0, n: int = 1):
+        """``layers``: (keys, values) per layer; each row repeated ``n`` times in place."""
+        self.length = layers[0][0].shape[2]
+        self.keys, self.values = [], []
+        for k, v in layers:
+            self.keys.append(self._buffer(k, room, n))
+            self.values.append(self._buffer(v, room, n))
+
+    def _buffer(self, t: Tensor, room: int, n: int) -> Tensor:
+        rows, heads, length, dim = t.shape
+        out = t.new_empty(rows, n, heads, length + room, dim)
+        out[:, :, :, :length] = t[:, None]
+        return out.view(rows * n, heads, length + room, dim)
+
+    def repeated(self, n: int, room: int) -> KVCache:
+        """A new cache with each row repeated ``n`` times (consecutive) and room for ``room`` more."""
+        return KVCache([(k[:, :, : self.length], v[:, :, : self.length]) for k, v in zip(self.keys, self.values)], room, n)
+
+    def write(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new positions' keys and values of ``layer`` after the cached ones; all of
+        them so far (views). The caller advances :attr:`length` once every layer is written."""
+        end = self.length + k.shape[2]
+        if end > self.keys[layer].shape[2]:  # out of room: grow (a caller that did not ask for room)
+            grow = end - self.keys[layer].shape[2]
+            self.keys[layer] = torch.cat((self.keys[layer], k.new_empty(*k.shape[:2], grow, k.shape[3])), 2)
+            self.values[layer] = torch.cat((self.values[layer], v.new_empty(*v.shape[:2], grow, v.shape[3])), 2)
+        self.keys[layer][:, :, self.length : end] = k
+        self.values[layer][:, :, self.length : end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
