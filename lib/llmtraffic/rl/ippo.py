@@ -60,6 +60,10 @@ class IPPOConfig:
     """Vehicle counts in the observation are divided by this."""
     seed: int = 0
     """Seeds the networks and action sampling; episode ``k`` runs SUMO with seed ``seed * 1000 + k``."""
+    threads: int = 1
+    """Torch CPU threads during :func:`train_ippo`, as ``DQNConfig.threads``: torch's default (one per
+    core) made the results depend on the machine, and two trainings side by side on two cores ran
+    2–3× slower with two threads each."""
 
 
 def mlp(sizes: list[int], out_std: float, generator: torch.Generator) -> nn.Sequential:
@@ -100,6 +104,12 @@ class IPPO:
     def _x(self, obs) -> torch.Tensor:
         return torch.as_tensor(np.asarray(obs, np.float32)) / self.scale
 
+    def log_policy(self, x: torch.Tensor) -> torch.Tensor:
+        """log π(·|x) normalised as ``Categorical(logits=actor(x)).logits`` is, without building
+        the distribution (and checking its arguments) at every decision of a rollout."""
+        logits = self.actor(x)
+        return logits - logits.logsumexp(-1, keepdim=True)
+
     def reset(self, seed: int) -> None:
         self.rng = torch.Generator().manual_seed(seed)
 
@@ -133,6 +143,15 @@ def train_ippo(scenario: Scenario | str, cfg: IPPOConfig | None = None,
 
     ``progress`` shows a bar over the training episodes with the last episode's queue."""
     cfg = cfg or IPPOConfig()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    try:
+        return _train(scenario, cfg, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(scenario: Scenario | str, cfg: IPPOConfig, progress: bool) -> tuple[IPPO, list[dict]]:
     rng = torch.Generator().manual_seed(cfg.seed)
     history = []
     # SUMO episodes in fresh processes, as in the DQN baselines' training (reproducible on Cologne1)
@@ -150,10 +169,10 @@ def train_ippo(scenario: Scenario | str, cfg: IPPOConfig | None = None,
             while not done:
                 x = agent._x(obs)
                 with torch.no_grad():
-                    dist = Categorical(logits=agent.actor(x))
-                    a = torch.multinomial(dist.probs, 1, generator=rng)[0]  # seeded sampling
+                    logp = agent.log_policy(x)
+                    a = torch.multinomial(logp.softmax(-1), 1, generator=rng)[0]  # seeded sampling
                 obs, r, terminated, truncated, _ = env.step(int(a))
-                xs.append(x), actions.append(a), logps.append(dist.log_prob(a)), rewards.append(r * cfg.reward_scale)
+                xs.append(x), actions.append(a), logps.append(logp[a]), rewards.append(r * cfg.reward_scale)
                 done = terminated or truncated
             x = torch.stack(xs)
             act, old_logp = torch.stack(actions), torch.stack(logps)
