@@ -1,5 +1,6 @@
 """PPO for a language-model policy: hand-computed token math and real tiny-model behaviour."""
 
+import copy
 import math
 
 import pytest
@@ -118,6 +119,49 @@ def test_group_is_one_generate_call_and_reference_equals_policy_at_start():
     # LoRA B starts at zero: adapters change nothing, so the K3 penalty is exactly 0
     assert torch.allclose(ex.old_logp, ex.ref_logp)
     assert (ex.old_logp <= 0).all()
+
+
+def test_sampler_holds_the_weights_merge_and_unload_gives():
+    """The sampler adds peft's delta weights to the base's decoder instead of merging a copy of
+    the model: the same sums, so the same weights to the bit (and the same answers)."""
+    policy = LMPolicy(*tiny(), PPOConfig(max_new_tokens=6))
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_" in name:
+                p.normal_(0, 0.3, generator=torch.Generator().manual_seed(len(name)))
+    merged = SmallDecoder(copy.deepcopy(policy.model).merge_and_unload().eval())
+    ours = policy._sampler()
+    for layer, ref in zip(ours.layers, merged.layers, strict=True):
+        for name in ("qkv", "o", "gate_up", "down"):
+            assert torch.equal(layer[name][0], ref[name][0])
+    assert not torch.equal(ours.layers[0]["qkv"][0], policy._reference.layers[0]["qkv"][0])  # the adapters count
+
+
+def test_update_forward_through_the_decoder_gives_the_wrapped_models_values_and_gradients():
+    """The PPO step's forward runs the base's decoder with the adapters as low-rank factors: the
+    log-probabilities, values and adapter gradients of the peft-wrapped model."""
+    policy = LMPolicy(*tiny(), PPOConfig(max_new_tokens=6))
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3, generator=torch.Generator().manual_seed(len(name)))
+    exchanges = [policy.sample(prompt)[1] for prompt in ("queue", "queue 3 near 4 near", "<signal>")]
+    prompts, answers = [e.prompt_ids for e in exchanges], [e.answer_ids for e in exchanges]
+    decoder, factors = policy._trainer()
+    assert decoder is policy._reference and len(factors) == len(policy.model.get_base_model().model.layers)
+
+    def run(*fast):
+        policy.model.zero_grad()
+        logp, values, mask = policy._evaluate(prompts, answers, *fast)
+        (logp.sum() + values.sum()).backward()
+        return logp, [p.grad.clone() for p in policy.actor_params]
+
+    ref_logp, ref_grads = run()
+    logp, grads = run(decoder, policy._factors())
+    assert torch.allclose(logp, ref_logp, atol=1e-5)
+    assert all(torch.allclose(g, r, rtol=1e-4, atol=1e-6) for g, r in zip(grads, ref_grads, strict=True))
+    assert sum(float(g.abs().sum()) for g in grads) > 0
+    assert LMPolicy(*tiny(), PPOConfig(lora_dropout=0.1))._trainer() == (None, None)  # one mask per module
 
 
 def test_batched_scoring_of_padded_exchanges_equals_one_at_a_time():

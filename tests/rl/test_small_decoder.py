@@ -46,13 +46,15 @@ def test_greedy_answers_equal_generates_and_finished_rows_are_padded():
 
 
 @pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 0.95, 0), (0.7, 0.8, 0), (1.3, 1.0, 5), (0.6, 0.9, 20)])
-def test_sampling_processors_are_generates(temperature, top_p, top_k):
-    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(3)) * 3
+@pytest.mark.parametrize("spread", [3.0, 0.1])  # 0.1: flat rows whose top-p mass lies beyond the candidates
+def test_sampling_processors_are_generates(temperature, top_p, top_k, spread):
+    logits = torch.randn(6, 100, generator=torch.Generator().manual_seed(3)) * spread
     hf = LogitsProcessorList([TemperatureLogitsWarper(temperature)] + ([TopKLogitsWarper(top_k)] if top_k else [])
                              + ([TopPLogitsWarper(top_p)] if top_p < 1 else []))
     expected = hf(None, logits.clone())
     probs, order = nucleus(logits, temperature, top_p, top_k)
-    ours = torch.zeros_like(probs).scatter(-1, order, probs)  # back to token order
+    assert torch.all(probs[:, :-1] >= probs[:, 1:])  # in decreasing order
+    ours = torch.zeros_like(logits).scatter(-1, order, probs)  # back to token order
     assert torch.equal(ours == 0, torch.isinf(expected))
     assert torch.allclose(ours / ours.sum(-1, keepdim=True), expected.softmax(-1), atol=1e-6)
 

@@ -315,6 +315,13 @@ class Exchange:
     """V_phi(s_l) before each answer token."""
 
 
+def _fused(layer) -> dict[str, tuple]:
+    """A Qwen2 decoder layer's projections as :class:`SmallDecoder` fuses them (:data:`small_decoder.LINEARS`)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return {"qkv": (attn.q_proj, attn.k_proj, attn.v_proj), "o": (attn.o_proj,),
+            "gate_up": (mlp.gate_proj, mlp.up_proj), "down": (mlp.down_proj,)}
+
+
 class LMPolicy:
     """A causal LM with LoRA adapters and a value head, trained by PPO on ``Exchange`` buffers."""
 
@@ -347,9 +354,9 @@ class LMPolicy:
         self.pending: list[Exchange] = []
         """Exchanges sampled since the last update, not yet scored."""
         self.merge_sampler = self.device.type == "cpu" and not _is_4bit(self.model)
-        """Sample from a merged copy (see `_sampler`); False applies the adapters unmerged."""
+        """Sample from merged weights (see `_sampler`); False applies the adapters unmerged."""
         self._merged: nn.Module | SmallDecoder | None = None
-        """A plain copy with the adapters merged in, for sampling on CPU (see `_sampler`)."""
+        """The model with the adapters merged in, for sampling on CPU (see `_sampler`)."""
 
     @property
     def device(self) -> torch.device:
@@ -421,34 +428,62 @@ class LMPolicy:
         return out[:, prompt_ids.shape[1]:]
 
     def _sampler(self) -> nn.Module | SmallDecoder:
-        """What generates: on CPU a copy with W + (alpha/r)·B·A merged into each base weight,
+        """What generates: on CPU the model with W + (alpha/r)·B·A merged into each base weight,
         rebuilt after every change of the adapters, run by :class:`SmallDecoder` where it can
-        (Qwen2 models such as the surrogate), else by ``generate``. A small model's forward is
-        mostly per-module overhead, which the LoRA wrappers add to every linear layer (measured
-        on the surrogate, G = 8: 43–50 ms per sample unmerged, 35–37 ms merged, both through
-        ``generate``). On GPU, and over a 4-bit base (merging into NF4 weights would round
-        them), the adapters are applied unmerged through ``generate``."""
+        (Qwen2 models such as the surrogate: the base's decoder plus the adapters' deltas), else
+        a merged copy run by ``generate``. A small model's forward is mostly per-module
+        overhead, which the LoRA wrappers add to every linear layer (measured on the surrogate,
+        G = 8: 43–50 ms per sample unmerged, 35–37 ms merged, both through ``generate``). On
+        GPU, and over a 4-bit base (merging into NF4 weights would round them), the adapters are
+        applied unmerged through ``generate``."""
         if not self.merge_sampler:
             return self.model
         if self._merged is None:
-            merged = self._merged_copy()
-            self._merged = SmallDecoder(merged) if small_decoder.supports(merged) else merged
+            self._merged = (self._reference.adapted(self._deltas()) if self._reference is not None
+                            else copy.deepcopy(self.model).merge_and_unload().eval())
         return self._merged
 
-    def _merged_copy(self) -> nn.Module:
-        return copy.deepcopy(self.model).merge_and_unload().eval()
+    def _deltas(self) -> list[dict[str, Tensor]]:
+        """Per decoder layer, what merging the adapters adds to each of :data:`small_decoder.LINEARS`
+        (peft's own delta weights, q/k/v and gate/up concatenated as the decoder fuses them)."""
+        with torch.no_grad():
+            return [{name: torch.cat([m.get_delta_weight(m.active_adapters[0]) for m in modules])
+                     for name, modules in _fused(layer).items()}
+                    for layer in self.model.get_base_model().model.layers]
+
+    def _factors(self) -> list[dict[str, tuple[Tensor, Tensor]]]:
+        """The adapters as the low-rank factors of :meth:`SmallDecoder.hidden` (differentiable):
+        per fused linear layer, its modules' A stacked and their (alpha/r)·B block-diagonal, so
+        that x·A'ᵀ·B'ᵀ is each module's x·Aᵀ·Bᵀ·(alpha/r) side by side."""
+        def factors(modules) -> tuple[Tensor, Tensor]:
+            name = modules[0].active_adapters[0]
+            return (torch.cat([m.lora_A[name].weight for m in modules]),
+                    torch.block_diag(*(m.lora_B[name].weight * m.scaling[name] for m in modules)))
+
+        return [{name: factors(modules) for name, modules in _fused(layer).items()}
+                for layer in self.model.get_base_model().model.layers]
+
+    def _trainer(self) -> tuple[SmallDecoder | None, list | None]:
+        """What the update's forward runs: the base's decoder with the adapters as factors, where
+        the sampler is a decoder of the merged weights and adapters have no dropout (a dropout
+        mask per module is not the factors' one) nor checkpointing; else (None, None): the
+        adapter-wrapped model."""
+        cfg = self.cfg
+        if self._reference is None or not self.merge_sampler or cfg.lora_dropout > 0 or cfg.gradient_checkpointing:
+            return None, None
+        return self._reference, self._factors()
 
     def checkpoints_decoder(self, checkpoints: list[str | Path]) -> SmallDecoder | None:
         """One :class:`SmallDecoder` over the merged weights of each checkpoint, side by side
         (for playing them together), or None where this policy does not sample through one.
         Leaves the policy loaded with the last checkpoint."""
-        if not self.merge_sampler:
+        if not self.merge_sampler or self._reference is None:
             return None
-        models = []
+        decoders = []
         for path in checkpoints:
             self.load(path)
-            models.append(self._merged_copy())
-        return SmallDecoder(*models) if all(small_decoder.supports(m) for m in models) else None
+            decoders.append(self._sampler())
+        return SmallDecoder.stack(decoders)
 
     def decoding(self) -> tuple:
         """What two policies must share to sample in one batch: the decoding settings and tokens."""
@@ -469,7 +504,7 @@ class LMPolicy:
 
         The policy and value head have not changed since these were sampled, so scoring them now,
         batched, gives the values of the sampling moment (Alg. 1). Where the sampler is a
-        :class:`SmallDecoder` (the merged copy on CPU), it and the base's decoder score instead of
+        :class:`SmallDecoder` (merged weights on CPU), it and the base's decoder score instead of
         the adapter-wrapped model: the same function (a test holds them within 1e-5), at a
         fraction of the per-module overhead.
         """
@@ -493,10 +528,11 @@ class LMPolicy:
                         t[row, :n].cpu() for t in (logp, ref_logp, values))
         self.pending = []
 
-    def _evaluate(self, prompts: list[Tensor], answers: list[Tensor],
-                  decoder: SmallDecoder | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def _evaluate(self, prompts: list[Tensor], answers: list[Tensor], decoder: SmallDecoder | None = None,
+                  lora: list | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Log-probabilities and values at each answer token of a right-padded batch, computed
-        by the adapter-wrapped model or, without gradients, by ``decoder``.
+        by the adapter-wrapped model or by ``decoder`` (with the low-rank factors ``lora``, see
+        :meth:`_factors`).
 
         Returns ``logp``, ``values`` and ``mask``, each (batch, longest answer). The LM head runs
         only on answer positions, so memory does not scale with prompt length x vocabulary.
@@ -516,7 +552,7 @@ class LMPolicy:
             hidden = base.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
             head = base.get_output_embeddings()
         else:
-            hidden, head = decoder.hidden(ids), decoder.output
+            hidden, head = decoder.hidden(ids, lora), decoder.output
         h = hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))
         logits = head(h).float() / (self.cfg.temperature or 1.0)
         targets = ids.gather(1, pos + 1)
@@ -566,7 +602,8 @@ class LMPolicy:
 
         old_logp, ref_logp, old_values = (padded([getattr(e, k) for e in batch]) for k in ("old_logp", "ref_logp", "old_values"))
         adv, returns = padded([a for a, _ in targets]), padded([r for _, r in targets])
-        logp, values, mask = self._evaluate([e.prompt_ids for e in batch], [e.answer_ids for e in batch])
+        logp, values, mask = self._evaluate([e.prompt_ids for e in batch], [e.answer_ids for e in batch],
+                                            *self._trainer())
         if cfg.standardize_advantages:
             adv = standardize(adv, mask)
         policy_loss = clipped_surrogate_loss(logp, old_logp, adv, cfg.clip_low, cfg.clip_high, mask)

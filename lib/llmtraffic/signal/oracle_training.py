@@ -307,7 +307,8 @@ def train_together(policies: Sequence[LMPolicy], prompter: Prompter, cfgs: Seque
 
     for i in range(len(runs)):
         advance(i)
-    bar = tqdm(total=sum(c.episodes * c.episode_s // 10 for c in cfgs), desc=f"LLM PPO, {len(runs)} runs together",
+    together = f", {len(runs)} runs together" if len(runs) > 1 else ""
+    bar = tqdm(total=sum(c.episodes * c.episode_s // 10 for c in cfgs), desc=f"LLM PPO{together}",
                unit="decision", leave=False, mininterval=2)
     while requests:
         by_size: dict[int, list[int]] = {}

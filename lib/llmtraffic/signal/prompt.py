@@ -8,6 +8,8 @@ derived from the network for others).
 
 from __future__ import annotations
 
+import functools
+
 import re
 from collections.abc import Sequence
 
@@ -36,6 +38,12 @@ def lane_groups(phase: Phase) -> dict[str, tuple[str, ...]]:
     A lane that serves several turns in this phase (e.g. through and right) appears once, under
     a label naming all its turns, so no vehicle is counted twice.
     """
+    return dict(_lane_groups(phase))
+
+
+@functools.cache
+def _lane_groups(phase: Phase) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """:func:`lane_groups` as items, computed once per phase (every prompt asks for every phase)."""
     turns: dict[str, set[str]] = {}
     approach: dict[str, str] = {}
     for m in phase.movements:
@@ -49,7 +57,7 @@ def lane_groups(phase: Phase) -> dict[str, tuple[str, ...]]:
                tuple(TURN_ORDER.index(t) if t in TURN_ORDER else 99 for t in ordered))
         label = f"{APPROACH_NAMES.get(a, a)} {'/'.join(TURN_NAMES.get(t, t) for t in ordered)}"
         groups.setdefault(key, (label, []))[1].append(lane)
-    return {label: tuple(lanes) for _, (label, lanes) in sorted(groups.items())}
+    return tuple((label, tuple(lanes)) for _, (label, lanes) in sorted(groups.items()))
 
 
 def _sum_counts(state: IntersectionState, lanes: Sequence[str]) -> LaneCounts:

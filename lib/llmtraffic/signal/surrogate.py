@@ -20,6 +20,8 @@ It has no chain of thought: answers are the tag alone, so reasoning-trace analys
 
 from __future__ import annotations
 
+import functools
+
 import json
 from dataclasses import asdict, dataclass
 
@@ -88,10 +90,15 @@ class SurrogateConfig:
                         heads=4, kv_heads=2, intermediate=2 * self.hidden, seed=self.seed)
 
 
+@functools.cache
+def served_lanes(phase: Phase) -> tuple[str, ...]:
+    """The incoming lanes a phase serves, each once, sorted."""
+    return tuple(sorted({lane for group in lane_groups(phase).values() for lane in group}))
+
+
 def phase_queue(state: IntersectionState, phase: Phase) -> int:
     """Queued vehicles on the lanes a phase serves (each lane once)."""
-    lanes = {lane for group in lane_groups(phase).values() for lane in group}
-    return sum(state.lanes[lane].queue for lane in lanes if lane in state.lanes)
+    return sum(state.lanes[lane].queue for lane in served_lanes(phase) if lane in state.lanes)
 
 
 def max_queue_phase(state: IntersectionState) -> int:
@@ -104,8 +111,7 @@ def compact_prompt(state: IntersectionState) -> str:
     summed queued / near / mid / far counts of its lanes (the §3.1 observation, A.5 grouping)."""
     parts = [f"now {state.phases[state.phase].mnemonic}"]
     for p in state.phases:
-        lanes = {lane for group in lane_groups(p).values() for lane in group}
-        c = [state.lanes[lane] for lane in sorted(lanes) if lane in state.lanes]
+        c = [state.lanes[lane] for lane in served_lanes(p) if lane in state.lanes]
         parts.append(f"{p.mnemonic} q{sum(x.queue for x in c)} n{sum(x.near for x in c)} "
                      f"m{sum(x.mid for x in c)} f{sum(x.far for x in c)}")
     return " ; ".join(parts) + " =>"
