@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from ..signal.env import SignalConfig, SignalEnv, lane_counts_phase, negative_queue
 from ..signal.scenarios import Scenario
 from ..signal.state import IntersectionState
-from .llm_ppo import gae
+from .llm_ppo import gae, torch_threads
 
 
 @dataclass
@@ -143,12 +143,8 @@ def train_ippo(scenario: Scenario | str, cfg: IPPOConfig | None = None,
 
     ``progress`` shows a bar over the training episodes with the last episode's queue."""
     cfg = cfg or IPPOConfig()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)
-    try:
+    with torch_threads(cfg.threads):
         return _train(scenario, cfg, progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train(scenario: Scenario | str, cfg: IPPOConfig, progress: bool) -> tuple[IPPO, list[dict]]:

@@ -315,13 +315,6 @@ class Exchange:
     """V_phi(s_l) before each answer token."""
 
 
-def _fused(layer) -> dict[str, tuple]:
-    """A Qwen2 decoder layer's projections as :class:`SmallDecoder` fuses them (:data:`small_decoder.LINEARS`)."""
-    attn, mlp = layer.self_attn, layer.mlp
-    return {"qkv": (attn.q_proj, attn.k_proj, attn.v_proj), "o": (attn.o_proj,),
-            "gate_up": (mlp.gate_proj, mlp.up_proj), "down": (mlp.down_proj,)}
-
-
 class LMPolicy:
     """A causal LM with LoRA adapters and a value head, trained by PPO on ``Exchange`` buffers."""
 
@@ -448,7 +441,7 @@ class LMPolicy:
         (peft's own delta weights, q/k/v and gate/up concatenated as the decoder fuses them)."""
         with torch.no_grad():
             return [{name: torch.cat([m.get_delta_weight(m.active_adapters[0]) for m in modules])
-                     for name, modules in _fused(layer).items()}
+                     for name, modules in small_decoder.fused_modules(layer).items()}
                     for layer in self.model.get_base_model().model.layers]
 
     def _factors(self) -> list[dict[str, tuple[Tensor, Tensor]]]:
@@ -460,7 +453,7 @@ class LMPolicy:
             return (torch.cat([m.lora_A[name].weight for m in modules]),
                     torch.block_diag(*(m.lora_B[name].weight * m.scaling[name] for m in modules)))
 
-        return [{name: factors(modules) for name, modules in _fused(layer).items()}
+        return [{name: factors(modules) for name, modules in small_decoder.fused_modules(layer).items()}
                 for layer in self.model.get_base_model().model.layers]
 
     def _trainer(self) -> tuple[SmallDecoder | None, list | None]:

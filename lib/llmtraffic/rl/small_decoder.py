@@ -26,6 +26,14 @@ LINEARS = ("qkv", "o", "gate_up", "down")
 as one: fewer calls per token): the weights a LoRA merge changes."""
 
 
+def fused_modules(layer) -> dict[str, tuple]:
+    """A Qwen2 decoder layer's projections by the name of the linear layer they form here
+    (:data:`LINEARS`): q, k, v as ``qkv``, gate and up as ``gate_up``."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return {"qkv": (attn.q_proj, attn.k_proj, attn.v_proj), "o": (attn.o_proj,),
+            "gate_up": (mlp.gate_proj, mlp.up_proj), "down": (mlp.down_proj,)}
+
+
 def supports(model) -> bool:
     """Whether :class:`SmallDecoder` can run ``model``: a Qwen2 causal LM with default RoPE,
     full attention and SiLU, in float32 on CPU."""
@@ -111,7 +119,7 @@ class SmallDecoder:
     @staticmethod
     def _layer(layer) -> dict:
         """One decoder layer's weights: norms as (weight, eps), linear layers as (weight, bias),
-        the q, k, v projections concatenated (one matmul), and gate and up likewise."""
+        fused as :func:`fused_modules` groups them (one matmul each)."""
         def fused(*modules) -> tuple[Tensor, Tensor | None]:
             weight = torch.cat([m.weight.detach() for m in modules])
             biases = [m.bias for m in modules]
@@ -120,11 +128,9 @@ class SmallDecoder:
             return weight, torch.cat([b.detach() if b is not None else m.weight.new_zeros(m.out_features)
                                       for m, b in zip(modules, biases)])
 
-        attn, mlp = layer.self_attn, layer.mlp
         return {"norm1": (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon),
                 "norm2": (layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon),
-                "qkv": fused(attn.q_proj, attn.k_proj, attn.v_proj), "o": fused(attn.o_proj),
-                "gate_up": fused(mlp.gate_proj, mlp.up_proj), "down": fused(mlp.down_proj)}
+                **{name: fused(*modules) for name, modules in fused_modules(layer).items()}}
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None,
                 lora: tuple[Tensor, Tensor] | None = None) -> Tensor:

@@ -185,7 +185,9 @@ class RemoteBackend:
                 os.kill(self._pid, signal.SIGKILL)
         except OSError:  # gone already
             pass
-        self._in.close(), self._out.close(), sock.close()
+        self._in.close()
+        self._out.close()
+        sock.close()
 
     @property
     def tls(self) -> str:
