@@ -27,7 +27,7 @@ def test_vendored_archive_with_another_checksum_is_refused(tmp_path):
 
 
 def test_the_pin_is_one_commit_and_the_build_is_marked_with_it(tmp_path):
-    assert len(install.COMMIT) == 40 and install.VERSION == f"0.1+{install.COMMIT[:7]}"
+    assert len(install.COMMIT) == 40 and install.VERSION == f"0.1+{install.COMMIT[:7]}.inline"
     (tmp_path / "setup.py").write_text("setup(version='0.2')")
     with pytest.raises(RuntimeError, match="expected version='0.1'"):
         install.build(tmp_path)
@@ -46,3 +46,40 @@ def test_missing_cityflow_says_how_to_get_it(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_cityflow)
     with pytest.raises(install.CityFlowMissing, match="make venv.*backends.install.*SUMO scenarios work without it"):
         install.require_cityflow()
+
+
+def test_inline_patch_refuses_a_source_it_does_not_know(tmp_path):
+    (tmp_path / "src" / "engine").mkdir(parents=True)
+    (tmp_path / "src" / "engine" / "engine.cpp").write_text("namespace CityFlow {}")
+    with pytest.raises(RuntimeError, match="expected one `startBarrier"):
+        install.run_inline(tmp_path)
+
+
+def test_inline_patch_calls_each_workers_function_from_its_phase(tmp_path):
+    phases = "".join(f"    void Engine::{p}() {{\n        startBarrier.wait();\n        endBarrier.wait();\n    }}\n"
+                     for p in install.WORKER_PHASES)
+    (tmp_path / "src" / "engine").mkdir(parents=True)
+    engine = tmp_path / "src" / "engine" / "engine.cpp"
+    engine.write_text("Engine(int threadNum) : threadNum(threadNum), startBarrier(threadNum + 1),\n"
+                      "endBarrier(threadNum + 1) {\n"
+                      "        for (int i = 0; i < threadNum; i++) {\n            threadPool.emplace_back(x);\n        }\n"
+                      + phases)
+    install.run_inline(tmp_path)
+    text = engine.read_text()
+    assert "startBarrier(threadNum == 1 ? 1 : threadNum + 1)" in text and "threadNum > 1 && i < threadNum" in text
+    assert "void Engine::getAction() {\n        if (threadNum == 1) { threadGetAction(threadVehiclePool[0]); } else {" in text
+    assert text.count("if (threadNum == 1)") == len(install.WORKER_PHASES) == 8
+
+
+def test_our_build_steps_in_the_calling_thread():
+    """The installed engine (thread_num=1) starts no worker thread: the patch is in the build."""
+    cityflow = pytest.importorskip("cityflow", reason="CityFlow not built")
+    from pathlib import Path
+
+    from llmtraffic.signal import scenarios
+
+    tasks = lambda: len(list(Path("/proc/self/task").iterdir()))  # noqa: E731
+    before = tasks()
+    engine = cityflow.Engine(str(scenarios.load("hangzhou1x1").source(0)), thread_num=1)
+    engine.next_step()
+    assert tasks() == before and install.installed_version() == install.VERSION

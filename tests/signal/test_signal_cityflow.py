@@ -158,7 +158,7 @@ def test_same_seed_same_numbers_whatever_ran_before():
     evaluate("hangzhou1x1", FixedTime(10), seed=4, episode_s=1200)
     again = evaluate("hangzhou1x1", FixedTime(30), seed=3, episode_s=900)
     assert first["queue_series"] == again["queue_series"] and first["travel_time_all_s"] == again["travel_time_all_s"]
-    assert first["simulator"] == "cityflow" and first["simulator_version"] == "CityFlow 81ee0f4"
+    assert first["simulator"] == "cityflow" and first["simulator_version"] == "CityFlow 81ee0f4.inline"
 
 
 def test_roadnet_without_all_red_phase_is_refused():

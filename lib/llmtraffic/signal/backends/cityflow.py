@@ -227,6 +227,6 @@ class CityFlowBackend:
         return []
 
     def version(self) -> str:
-        from .install import COMMIT
+        from .install import VERSION
 
-        return f"CityFlow {COMMIT[:7]}"
+        return f"CityFlow {VERSION.split('+')[1]}"
