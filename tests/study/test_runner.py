@@ -67,22 +67,6 @@ def test_fail_fast_stops_after_first_failure(outdirs, capsys):
     assert not (outdirs / "figures" / "fx_plot").exists()  # fx_fail sorts first; fx_plot never started
 
 
-def test_notebooks_start_longest_first_by_their_last_time_at_that_profile(outdirs):
-    from llmtraffic.study.runner import Plan, longest_first
-
-    plans = [Plan(s, Path(f"{s}.ipynb"), {}) for s in ("a", "b", "c", "d", "e")]
-    (outdirs / "figures").mkdir()
-    (outdirs / "figures" / "run.json").write_text(json.dumps({"notebooks": {
-        "a": {"seconds": 10.0, "profile": "quick", "ok": True},
-        "b": {"seconds": 300.0, "profile": "quick", "ok": True},
-        "c": {"seconds": 900.0, "profile": "smoke", "ok": True},  # another profile: not known at quick
-        "e": {"seconds": 50.0, "profile": "quick", "ok": False}}}))  # failed: its time says nothing
-    assert [p.stem for p in longest_first(plans, "quick")] == ["c", "d", "e", "b", "a"]
-    assert [p.stem for p in longest_first(plans, "smoke")] == ["a", "b", "d", "e", "c"]
-    (outdirs / "figures" / "run.json").write_text("{not json")
-    assert [p.stem for p in longest_first(plans, "quick")] == ["a", "b", "c", "d", "e"]
-
-
 def test_merged_settings_reach_the_notebook_its_log_and_its_sidecars(outdirs, tmp_path, capsys):
     """Issue 17: `--set a --set b` used to keep only the last flag."""
     settings = tmp_path / "mine.yaml"

@@ -83,19 +83,6 @@ def plan(
     return plans
 
 
-def longest_first(plans: list[Plan], profile: str) -> list[Plan]:
-    """``plans`` in the order to start them: those with no earlier time at ``profile`` in
-    ``figures/run.json`` first (as found), then the rest by their latest time, longest first, so
-    that the short notebooks fill the cores at the end instead of a long one running alone."""
-    try:
-        seen = json.loads((figures_dir() / RUN_SUMMARY).read_text()).get("notebooks", {})
-    except (OSError, json.JSONDecodeError):
-        seen = {}
-    timed = {p.stem: seen[p.stem]["seconds"] for p in plans
-             if seen.get(p.stem, {}).get("profile") == profile and seen[p.stem].get("ok")}
-    return sorted(plans, key=lambda p: (p.stem in timed, -timed.get(p.stem, 0.0)))
-
-
 def preflight(plans: list[Plan]) -> None:
     """Raise :class:`ResourceError` naming every notebook whose settings ask for a resource that
     is missing here (an unreachable LLM endpoint, a backbone without weights), before any runs."""
@@ -278,7 +265,7 @@ def run(
     notebooks = discover(notebooks_dir, only)
     if only and not notebooks:
         raise ParamError(f"--only {' '.join(only)} matches no notebook in {notebooks_dir}")
-    plans = longest_first(plan(notebooks, profile, params_dir, overrides), profile)
+    plans = plan(notebooks, profile, params_dir, overrides)
     preflight(plans)
     provenance.check_target(figures_dir())  # a dirty tree fails now, not at its first save
     started = time.time()
