@@ -20,8 +20,11 @@ from the SUMO backend, all from CityFlow's own model:
 - lane length: the road's polyline with its ends shortened by the width of a non-virtual
   intersection (CityFlow's ``Road::initLanesPoints``), exact for straight roads.
 
-CityFlow's ``Engine`` destructor deadlocks at commit 81ee0f4 (a bare ``del engine`` never
-returns), so engines are kept for the life of the process and reset for every episode
+CityFlow's ``Engine`` destructor deadlocks at commit 81ee0f4 as released (a bare ``del engine``
+never returns while its worker threads wait; our build, patched by
+:func:`~llmtraffic.signal.backends.install.run_inline`, starts none at ``thread_num=1`` and its
+destructor returns, but an unpatched build may still be imported), so engines are kept for the
+life of the process and reset for every episode
 (``reset()`` clears vehicles, flows and signals; then the seed is set), which also makes an
 episode independent of what ran before it. An open environment holds its engine; episodes
 played side by side (:func:`llmtraffic.signal.evaluation.evaluate_together`) each take an idle
