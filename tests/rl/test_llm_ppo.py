@@ -195,6 +195,25 @@ def test_sampling_is_seeded_by_config_not_global_state():
     assert runs[0] == runs[1]
 
 
+def test_sample_groups_gives_the_answers_of_one_sample_call_per_prompt():
+    """The evaluation's probes: G answers per prompt in one batch (chunks of 2 here), each prompt
+    drawn from the seed one ``sample`` call would take from the same generator."""
+    import numpy as np
+
+    policy = LMPolicy(*tiny(), PPOConfig(group_size=4, max_new_tokens=6, top_p=0.9))
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3, generator=torch.Generator().manual_seed(2))
+    prompts = ["queue", "queue 3 near 4 near", "<signal>", "NTST 1", "queue 3"]
+    one = [policy.sample(p, rng=rng, record=False)[0] for rng in [np.random.default_rng(5)] for p in prompts]
+    together = policy.sample_groups(prompts, np.random.default_rng(5), chunk=2)
+    assert together == one and len({tuple(t) for t in one}) > 1
+    assert policy.pending == []  # probes never enter an update
+    with pytest.raises(ValueError, match="chunk"):
+        policy.sample_groups(prompts, np.random.default_rng(5), chunk=0)
+
+
 PROMPT = "queue 3 near"
 
 

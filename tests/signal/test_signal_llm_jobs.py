@@ -157,6 +157,8 @@ def test_fine_tunes_together_are_each_the_solo_fine_tune_and_share_its_cache(mon
             for s in (0, 1)]
     together = llm_jobs.finetune_together(jobs)
     assert together[0]["after"]["synthetic"]["runs"] != together[1]["after"]["synthetic"]["runs"]
+    third = {**jobs[1], "oracle": {**oracle, "seed": 2, "train_seed": 20}, "ppo": {"group_size": 2, "seed": 2}}
+    assert llm_jobs.together_batches([jobs[0], third, jobs[1]]) == [[0, 2], [1]]  # the cached ones apart
 
     def must_not_train(*args, **kw):
         raise AssertionError("a fine-tune trained together was trained again")
@@ -171,3 +173,16 @@ def test_fine_tunes_together_are_each_the_solo_fine_tune_and_share_its_cache(mon
     assert alone["best_checkpoint"].rsplit("/", 1)[1] == together[1]["best_checkpoint"].rsplit("/", 1)[1]
     with pytest.raises(ValueError, match="differ in 'scenario'"):
         llm_jobs.finetune_together([jobs[0], {**jobs[1], "scenario": "cologne1"}])
+
+
+def test_together_batches_group_what_can_share_a_batch_and_split_evenly():
+    base = dict(backbone=SURROGATE, scenario="synthetic", oracle={"episodes": 1}, eval_seeds=[7], surrogate=TINY)
+    seeds = [{**base, "ppo": {"seed": s}} for s in range(7)]
+    other_place = {**base, "scenario": "cologne1"}
+    hotter = {**base, "ppo": {"temperature": 0.5}}
+    sweep = {**base, "ppo": {"clip_high": 0.5, "actor_lr": 1e-3}}  # training settings: same batch
+    jobs = [*seeds, other_place, hotter, sweep]
+    assert llm_jobs.together_batches(jobs) == [[0, 1, 2, 3, 4, 5, 6, 9], [7], [8]]
+    assert llm_jobs.together_batches(jobs, cap=3) == [[0, 1], [2, 3, 4], [5, 6, 9], [7], [8]]
+    with pytest.raises(ValueError, match="cap"):
+        llm_jobs.together_batches(jobs, cap=0)

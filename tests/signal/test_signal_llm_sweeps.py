@@ -64,15 +64,15 @@ def test_a_sweep_runs_one_cached_fine_tune_per_level(monkeypatch):
                 ppo={"group_size": 2})
     jobs = sweep(base, "ppo.clip_high", [0.2, 0.5]) + sweep(base, "ppo.clip_high", [0.5])
     calls = []
-    finetune = llm_jobs.finetune
+    together = llm_jobs.finetune_together
 
-    def counted(**job):
-        calls.append(job)
-        return finetune(**job)
+    def counted(jobs):
+        calls.append(jobs)
+        return together(jobs)
 
-    monkeypatch.setattr(llm_jobs, "finetune", counted)
+    monkeypatch.setattr(llm_jobs, "finetune_together", counted)
     results = run_unique(jobs)
-    assert len(calls) == 2, "the repeated level ran twice"
+    assert [len(c) for c in calls] == [2], "the repeated level ran twice, or the levels did not train together"
     assert results[2] is results[1]
     assert [r["params"]["ppo"]["clip_high"] for r in results] == [0.2, 0.5, 0.5]
     assert all(r["params"]["ppo"]["clip_low"] == 0.2 and r["params"]["ppo"]["group_size"] == 2 for r in results)
@@ -82,5 +82,5 @@ def test_a_sweep_runs_one_cached_fine_tune_per_level(monkeypatch):
         raise AssertionError("a cached level was trained again")
 
     monkeypatch.setattr(llm_jobs, "train_together", must_not_train)
-    monkeypatch.setattr(llm_jobs, "finetune", finetune)
+    monkeypatch.setattr(llm_jobs, "finetune_together", together)
     assert run_unique(jobs)[1]["after"] == results[1]["after"]

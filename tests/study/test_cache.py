@@ -33,6 +33,17 @@ def test_cached_builds_once_per_params_and_fresh_rebuilds(outdirs, monkeypatch):
     assert cached("agent", {"lr": 0.1, "seed": 0}, lambda: build("fresh"))["tag"] == "fresh"
 
 
+def test_is_cached_says_what_cached_would_load(outdirs, monkeypatch):
+    def build():
+        return 1
+
+    assert not study.is_cached("agent", {"seed": 3}, build)
+    cached("agent", {"seed": 3}, build)
+    assert study.is_cached("agent", {"seed": 3}, build) and not study.is_cached("agent", {"seed": 4}, build)
+    monkeypatch.setenv("LLMTRAFFIC_FRESH", "1")
+    assert not study.is_cached("agent", {"seed": 3}, build)
+
+
 def test_corrupt_entry_is_rebuilt(outdirs):
     def build():
         return 1

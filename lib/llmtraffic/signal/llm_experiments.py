@@ -3,8 +3,10 @@
 A :class:`Row` is one line of Table 1 or 2 (or one point of Figs. 8–9): a pooled evaluation
 over ``agent_seeds`` × ``eval_seeds`` (or the reason it could not run) and the fine-tune results
 behind it. :func:`finetune_rows` runs every distinct fine-tune of a table once through
-:func:`llmtraffic.study.run_grid` (the agent seeds of a row trained together), so two rows that are the same job say so (``same_as``)
-instead of appearing as two runs. Agent seed ``s`` trains on SUMO episodes
+:func:`llmtraffic.study.run_grid`, so two rows that are the same job say so (``same_as``)
+instead of appearing as two runs; the runs of one intersection train together, up to
+:data:`~llmtraffic.signal.llm_jobs.TOGETHER` at a time (each as it would alone, see
+:func:`~llmtraffic.signal.llm_jobs.finetune_together`). Agent seed ``s`` trains on SUMO episodes
 ``AGENT_SEED_STRIDE·s + e`` (episode ``e``) and seeds PPO (adapters, value head, sampling) with
 ``s``; the pre-trained backbone is the same for every agent seed, as a real LLM would be.
 """
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .. import study
 from .controls import GREEDY_BEFORE, MAX_QUEUE, RANDOM_REWARD, greedy, heuristic_evaluation, random_reward_oracle
-from .llm_jobs import after_of, evaluate_backbone, finetune_together, pool
+from .llm_jobs import TOGETHER, after_of, evaluate_backbone, finetune_together, pool, together_batches
 
 AGENT_SEED_STRIDE = 10
 """Agent seed s trains on SUMO seeds 10·s, 10·s + 1, … (fewer than 10 episodes per run), apart
@@ -52,12 +54,6 @@ def _key(job: dict) -> str:
     return json.dumps(job, sort_keys=True, default=str)
 
 
-def _unseeded(job: dict) -> dict:
-    """``job`` without what :func:`agent_job` sets per agent seed: the row it belongs to."""
-    oracle = {k: v for k, v in job["oracle"].items() if k not in ("train_seed", "seed")}
-    return {**job, "oracle": oracle, "ppo": {k: v for k, v in (job.get("ppo") or {}).items() if k != "seed"}}
-
-
 def finetune_rows(specs: dict[str, dict], agent_seeds: Sequence[int], executor: str = "serial",
                   jobs: int | None = None) -> dict[str, Row]:
     """Rows of fine-tunes: ``specs`` maps a row name to ``finetune`` keyword arguments (without
@@ -74,12 +70,11 @@ def finetune_tables(tables: dict[str, dict[str, dict]], agent_seeds: Sequence[in
     per_row = {(t, name): [agent_job(spec, s) for s in agent_seeds] for t, specs in tables.items()
                for name, spec in specs.items()}
     distinct = {_key(j): j for js in per_row.values() for j in js}
-    rows: dict[str, list[str]] = {}  # the agent seeds of one row spec train together (finetune_together)
-    for key, job in distinct.items():
-        rows.setdefault(_key(_unseeded(job)), []).append(key)
-    grouped = study.run_grid(finetune_together, [{"jobs": [distinct[k] for k in keys]} for keys in rows.values()],
-                             executor=executor, jobs=jobs, desc="fine-tunes (agent seeds together)")
-    results = {k: r for keys, outs in zip(rows.values(), grouped) for k, r in zip(keys, outs, strict=True)}
+    keys = list(distinct)
+    batches = [[keys[i] for i in batch] for batch in together_batches(list(distinct.values()))]
+    grouped = study.run_grid(finetune_together, [{"jobs": [distinct[k] for k in batch]} for batch in batches],
+                             executor=executor, jobs=jobs, desc=f"fine-tunes (up to {TOGETHER} together)")
+    results = {k: r for batch, outs in zip(batches, grouped) for k, r in zip(batch, outs, strict=True)}
     out: dict[str, dict[str, Row]] = {t: {} for t in tables}
     first: dict[tuple, str] = {}
     for (t, name), js in per_row.items():

@@ -60,11 +60,15 @@ def sweep(job: dict, path: str, levels: Sequence[Any]) -> list[dict]:
 
 def run_unique(jobs: Sequence[dict], executor: str = "serial", n_jobs: int | None = None) -> list[dict]:
     """:func:`llm_jobs.finetune` for each job through :func:`llmtraffic.study.run_grid`, each distinct
-    job once (two sweeps often share their base level); results in the order of ``jobs``."""
+    job once (two sweeps often share their base level), the levels that can train together
+    (:func:`llm_jobs.together_batches`); results in the order of ``jobs``."""
     keys = [json.dumps(job, sort_keys=True, default=str) for job in jobs]
     distinct = dict(zip(keys, jobs))
-    results = study.run_grid(llm_jobs.finetune, list(distinct.values()), executor=executor, jobs=n_jobs, desc="fine-tunes")
-    by_key = dict(zip(distinct, results))
+    unique = list(distinct)
+    batches = [[unique[i] for i in batch] for batch in llm_jobs.together_batches(list(distinct.values()))]
+    grouped = study.run_grid(llm_jobs.finetune_together, [{"jobs": [distinct[k] for k in batch]} for batch in batches],
+                             executor=executor, jobs=n_jobs, desc=f"fine-tunes (up to {llm_jobs.TOGETHER} together)")
+    by_key = {k: r for batch, outs in zip(batches, grouped) for k, r in zip(batch, outs, strict=True)}
     return [by_key[k] for k in keys]
 
 

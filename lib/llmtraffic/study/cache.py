@@ -212,6 +212,12 @@ def cache_dir(kind: str, params: dict[str, Any], build: Callable[..., Any] | Non
     return runs_dir() / "cache" / kind / cache_key(kind, params, sources)
 
 
+def is_cached(kind: str, params: dict[str, Any], build: Callable[..., Any]) -> bool:
+    """Whether ``cached(kind, params, build)`` would load its artifact instead of building it
+    (not under ``LLMTRAFFIC_FRESH``), e.g. to keep cached jobs out of a batch that trains."""
+    return not fresh() and (cache_dir(kind, params, build) / "artifact.pkl").exists()
+
+
 _building: list[Path] = []  # cache folders of the builds running in this process, innermost last
 
 
