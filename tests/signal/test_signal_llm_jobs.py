@@ -182,7 +182,8 @@ def test_together_batches_group_what_can_share_a_batch_and_split_evenly():
     hotter = {**base, "ppo": {"temperature": 0.5}}
     sweep = {**base, "ppo": {"clip_high": 0.5, "actor_lr": 1e-3}}  # training settings: same batch
     jobs = [*seeds, other_place, hotter, sweep]
-    assert llm_jobs.together_batches(jobs) == [[0, 1, 2, 3, 4, 5, 6, 9], [7], [8]]
+    assert llm_jobs.together_batches(jobs, cap=10) == [[0, 1, 2, 3, 4, 5, 6, 9], [7], [8]]
+    assert llm_jobs.together_batches(jobs) == [[0, 1, 2, 3], [4, 5, 6, 9], [7], [8]]  # TOGETHER = 5
     assert llm_jobs.together_batches(jobs, cap=3) == [[0, 1], [2, 3, 4], [5, 6, 9], [7], [8]]
     with pytest.raises(ValueError, match="cap"):
         llm_jobs.together_batches(jobs, cap=0)

@@ -1,7 +1,7 @@
 """Sampling from a small Qwen2 model on CPU in plain torch: one prefill of the prompt, a KV cache
 shared by the G answers, and a few tensor operations per layer and token.
 
-For the signal study's surrogate (2 layers, hidden 128) ``model.generate`` spends nearly all of
+For the signal study's surrogate (2 layers; measured at hidden 128) ``model.generate`` spends nearly all of
 its time in per-module Python overhead, not arithmetic (measured: ~4.5 ms per forward of 8 rows,
 ~6 of them per answer), and it pre-fills the same prompt G times. :class:`SmallDecoder` computes
 the same function from the same weights (a test holds its logits to the model's within 1e-5)

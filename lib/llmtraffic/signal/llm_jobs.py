@@ -183,10 +183,12 @@ DECODING = ("max_new_tokens", "temperature", "top_p", "top_k", "thinking")
 """PPO settings that runs sampling in one batch must share (:meth:`LMPolicy.decoding`; ``thinking``
 changes the prompt)."""
 
-TOGETHER = 10
+TOGETHER = 5
 """Most runs :func:`together_batches` puts in one :func:`finetune_together` call. Measured on the
-surrogate (one decision, G = 8, stacked decoder): 25.5 ms of sampling per run alone, 12.9 per run
-for 5 together, 10.1 for 10, 9.7 for 20; the PPO updates stay one per run."""
+surrogate (one decision, G = 8, stacked decoder, alone on a core): 25.5 ms of sampling per run
+alone, 12.9 per run for 5 together, 10.1 for 10; but in the cold ``quick`` run, with other
+notebooks on the machine, batches of 10 cost ~80 CPU-s per 3-episode Table 2 run against ~60 in
+batches of 5 (ten stacked models, thirty in a checkpoint selection, no longer stay in cache)."""
 
 
 def together_batches(jobs: Sequence[dict], cap: int = TOGETHER) -> list[list[int]]:
