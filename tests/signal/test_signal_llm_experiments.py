@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmtraffic.signal import llm_experiments
+from llmtraffic.signal import llm_experiments, llm_jobs
 from llmtraffic.signal.controls import RANDOM_REWARD
 from llmtraffic.signal.llm_experiments import AGENT_SEED_STRIDE, agent_job, finetune_rows
 
@@ -27,7 +27,7 @@ def test_rows_run_each_distinct_job_once_and_name_shared_ones(monkeypatch):
         groups.append(sorted((j["oracle"]["reward"].get("hurdle", 0), j["oracle"]["seed"]) for j in jobs))
         return [fake_finetune(**job) for job in jobs]
 
-    monkeypatch.setattr(llm_experiments, "finetune_together", fake_together)
+    monkeypatch.setattr(llm_jobs, "finetune_together", fake_together)
     spec = {"backbone": "b", "scenario": "s", "eval_seeds": [100, 101], "oracle": {"reward": {}}}
     rows = finetune_rows({"R_env": spec, "Fig. 9, H_R = 0": spec, "hurdle": {**spec, "oracle": {"reward": {"hurdle": 2}}}},
                          agent_seeds=[0, 1])

@@ -17,9 +17,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .. import study
 from .controls import GREEDY_BEFORE, MAX_QUEUE, RANDOM_REWARD, greedy, heuristic_evaluation, random_reward_oracle
-from .llm_jobs import TOGETHER, after_of, evaluate_backbone, finetune_together, pool, together_batches
+from .llm_jobs import after_of, evaluate_backbone, finetune_unique, pool
 
 AGENT_SEED_STRIDE = 10
 """Agent seed s trains on SUMO seeds 10·s, 10·s + 1, … (fewer than 10 episodes per run), apart
@@ -69,12 +68,8 @@ def finetune_tables(tables: dict[str, dict[str, dict]], agent_seeds: Sequence[in
         raise ValueError("finetune_rows: agent_seeds is empty")
     per_row = {(t, name): [agent_job(spec, s) for s in agent_seeds] for t, specs in tables.items()
                for name, spec in specs.items()}
-    distinct = {_key(j): j for js in per_row.values() for j in js}
-    keys = list(distinct)
-    batches = [[keys[i] for i in batch] for batch in together_batches(list(distinct.values()))]
-    grouped = study.run_grid(finetune_together, [{"jobs": [distinct[k] for k in batch]} for batch in batches],
-                             executor=executor, jobs=jobs, desc=f"fine-tunes (up to {TOGETHER} together)")
-    results = {k: r for batch, outs in zip(batches, grouped) for k, r in zip(batch, outs, strict=True)}
+    every = [j for js in per_row.values() for j in js]
+    results = dict(zip(map(_key, every), finetune_unique(every, executor, jobs)))
     out: dict[str, dict[str, Row]] = {t: {} for t in tables}
     first: dict[tuple, str] = {}
     for (t, name), js in per_row.items():

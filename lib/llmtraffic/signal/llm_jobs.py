@@ -211,6 +211,19 @@ def together_batches(jobs: Sequence[dict], cap: int = TOGETHER) -> list[list[int
     return batches
 
 
+def finetune_unique(jobs: Sequence[dict], executor: str = "serial", n_jobs: int | None = None) -> list[dict]:
+    """:func:`finetune` of each job through :func:`llmtraffic.study.run_grid`, each distinct job
+    once, in the batches of :func:`together_batches`; results in the order of ``jobs``."""
+    keys = [json.dumps(job, sort_keys=True, default=str) for job in jobs]
+    distinct = dict(zip(keys, jobs))
+    unique = list(distinct)
+    batches = [[unique[i] for i in batch] for batch in together_batches(list(distinct.values()))]
+    grouped = study.run_grid(finetune_together, [{"jobs": [distinct[k] for k in batch]} for batch in batches],
+                             executor=executor, jobs=n_jobs, desc=f"fine-tunes (up to {TOGETHER} together)")
+    by_key = {k: r for batch, outs in zip(batches, grouped) for k, r in zip(batch, outs, strict=True)}
+    return [by_key[k] for k in keys]
+
+
 def _cached(plan: dict) -> bool:
     """Whether :func:`finetune_together` would load this job's result (keyed by this module's source)."""
     return study.is_cached("tsc_finetune", plan["params"], finetune_together)

@@ -11,7 +11,6 @@ of ``finetune``; a setting is named by a dotted path into it: ``"ppo.clip_high"`
 from __future__ import annotations
 
 import copy
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import fields
@@ -22,7 +21,6 @@ import numpy as np
 import pandas as pd
 
 from ..rl.llm_ppo import PPOConfig
-from .. import study
 from . import llm_jobs, llm_tables
 from .oracle import RewardConfig
 from .oracle_training import OracleConfig
@@ -59,17 +57,10 @@ def sweep(job: dict, path: str, levels: Sequence[Any]) -> list[dict]:
 
 
 def run_unique(jobs: Sequence[dict], executor: str = "serial", n_jobs: int | None = None) -> list[dict]:
-    """:func:`llm_jobs.finetune` for each job through :func:`llmtraffic.study.run_grid`, each distinct
-    job once (two sweeps often share their base level), the levels that can train together
-    (:func:`llm_jobs.together_batches`); results in the order of ``jobs``."""
-    keys = [json.dumps(job, sort_keys=True, default=str) for job in jobs]
-    distinct = dict(zip(keys, jobs))
-    unique = list(distinct)
-    batches = [[unique[i] for i in batch] for batch in llm_jobs.together_batches(list(distinct.values()))]
-    grouped = study.run_grid(llm_jobs.finetune_together, [{"jobs": [distinct[k] for k in batch]} for batch in batches],
-                             executor=executor, jobs=n_jobs, desc=f"fine-tunes (up to {llm_jobs.TOGETHER} together)")
-    by_key = {k: r for batch, outs in zip(batches, grouped) for k, r in zip(batch, outs, strict=True)}
-    return [by_key[k] for k in keys]
+    """:func:`llm_jobs.finetune` for each job, each distinct job once (two sweeps often share
+    their base level), the levels that can train together in one batch
+    (:func:`llm_jobs.finetune_unique`); results in the order of ``jobs``."""
+    return llm_jobs.finetune_unique(jobs, executor, n_jobs)
 
 
 def summary_frame(results: Sequence[dict], levels: Sequence[Any], scenario: str | None = None,
