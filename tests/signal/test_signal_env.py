@@ -1,6 +1,8 @@
 """SignalEnv exactness on the synthetic intersection, network discovery and error handling."""
 
 import math
+import os
+import signal
 import subprocess
 from dataclasses import astuple
 from itertools import groupby
@@ -11,6 +13,7 @@ import pytest
 
 from llmtraffic.signal import FixedTime, SignalConfig, SignalEnv, SyntheticScenario, evaluate, load
 from llmtraffic.signal.backends import name_phase
+from llmtraffic.signal.backends.remote import _Zygote
 from llmtraffic.signal.backends.sumo import clearance
 from llmtraffic.signal.scenarios import netconvert
 from llmtraffic.signal.state import Movement
@@ -226,3 +229,14 @@ def test_evaluation_of_a_seed_does_not_depend_on_what_ran_before_on_cologne1():
     again = evaluate("cologne1", MaxPressure(10), seed=0)
     assert first["queue_series"] == again["queue_series"]
     assert (first["travel_time_s"], first["throughput"]) == (again["travel_time_s"], again["throughput"])
+
+
+def test_an_interrupt_ends_the_simulator_zygote_without_a_traceback(capfd):
+    """The zygote shares the caller's process group, which a notebook kernel's shutdown interrupts."""
+    zygote = _Zygote(dict)  # any picklable factory: only forked children call it
+    sock, child = zygote.fork()
+    capfd.readouterr()
+    os.kill(zygote.proc.pid, signal.SIGINT)
+    assert zygote.proc.wait(timeout=10) == 0
+    sock.close()
+    assert "KeyboardInterrupt" not in capfd.readouterr().err

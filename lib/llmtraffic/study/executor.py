@@ -12,6 +12,7 @@ import atexit
 import itertools
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -115,8 +116,18 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     if _POOL is not None and _POOL[0] == key:
         return _POOL[1]
     _drop_pool()
-    _POOL = key, ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    _POOL = key, ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                     initializer=exit_quietly_on_interrupt)
     return _POOL[1]
+
+
+def exit_quietly_on_interrupt() -> None:
+    """Make SIGINT end this process at once, without a traceback. Workers share the notebook
+    kernel's process group, so the interrupt that shuts a kernel down at the end of every
+    notebook reached them too, and each printed a ``KeyboardInterrupt`` traceback into the log
+    of a run that had succeeded. An interrupted grid loses its running jobs either way (the
+    caller drops the pool); cached results are written atomically, so none is left half done."""
+    signal.signal(signal.SIGINT, lambda *_: os._exit(1))
 
 
 def _source_stamp() -> tuple[tuple[str, int], ...]:

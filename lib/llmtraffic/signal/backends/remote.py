@@ -32,7 +32,9 @@ from . import Backend
 def _zygote(control: int) -> None:
     """The zygote: read the factory from stdin (importing its simulator), then fork one child per
     socket passed over the ``control`` socket and answer with its pid, until the caller closes it.
-    Anything the simulator prints goes to stderr."""
+    Anything the simulator prints goes to stderr. An interrupt (the caller's process group
+    gets one when a notebook's kernel shuts down) ends it and its children quietly."""
+    signal.signal(signal.SIGINT, lambda *_: os._exit(0))  # as study.executor's workers (not imported: ~1 s)
     factory = pickle.load(sys.stdin.buffer)
     os.dup2(2, 1)
     with socket.socket(fileno=control) as ctl:
