@@ -47,6 +47,11 @@ def test_run_summary_records_times_and_failures_in_the_gallery(outdirs, capsys):
     assert summary["notebooks"]["fx_plot"]["ok"] and not summary["notebooks"]["fx_fail"]["ok"]
     assert summary["notebooks"]["fx_plot"]["seconds"] > 0
     assert summary["last_run"]["wall_s"] >= max(n["seconds"] for n in summary["notebooks"].values()) - 1
+    # the notebooks' processes' CPU time (each kernel's start alone takes more than a CPU-second)
+    # and the machine's speed reference, which make wall times of different days comparable
+    assert summary["last_run"]["cpu_s"] >= 1.0
+    speed = summary["last_run"]["speed_reference"]
+    assert speed["small_ops_us"] > 0 and speed["matmul_gflops"] > 0
     for n in summary["notebooks"].values():  # when each ran, in seconds after the run's start
         assert 0 <= n["start_s"] < n["end_s"] <= summary["last_run"]["wall_s"] + 0.1
         assert n["end_s"] - n["start_s"] == pytest.approx(n["seconds"], abs=0.11)
@@ -58,6 +63,7 @@ def test_run_summary_records_times_and_failures_in_the_gallery(outdirs, capsys):
     assert set(summary["notebooks"]) == {"fx_fail", "fx_plot"} and summary["last_run"]["only"] == ["fx_plot"]
     readme = (outdirs / "figures" / "README.md").read_text()
     assert "Latest run: profile `smoke` (only fx_plot), 1 notebooks" in readme
+    assert "CPU-min; machine: " in readme
     assert "| fx_fail | smoke |" in readme and "FAILED" in readme
     assert "Each study's notebooks were done fx " in readme
 

@@ -61,6 +61,18 @@ def _entry(meta: dict, root: Path) -> list[str]:
     return lines + [source, ""]
 
 
+def _effort(last: dict) -> str:
+    """`` (N CPU-min; machine: …)`` from a run summary's CPU time and speed reference, if recorded."""
+    parts = []
+    if last.get("cpu_s") is not None:
+        parts.append(f"{last['cpu_s'] / 60:.1f} CPU-min")
+    speed = last.get("speed_reference") or {}
+    if speed:
+        parts.append(f"machine: {speed['small_ops_us']:g} µs per small-op step, {speed['matmul_gflops']:g} GFLOP/s "
+                     "(`provenance.speed_reference`)")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def run_times(root: Path) -> list[str]:
     """The latest run's wall time and each notebook's latest time (from the runner's ``run.json``)."""
     try:
@@ -71,7 +83,7 @@ def run_times(root: Path) -> list[str]:
     only = f" (only {' '.join(last['only'])})" if last.get("only") else ""
     lines = [
         f"Latest run: profile `{last.get('profile')}`{only}, {last.get('notebooks')} notebooks in "
-        f"{last.get('wall_s', 0) / 60:.1f} min on {last.get('cpus')} CPUs, commit `{(last.get('commit') or 'unknown')[:10]}`"
+        f"{last.get('wall_s', 0) / 60:.1f} min on {last.get('cpus')} CPUs{_effort(last)}, commit `{(last.get('commit') or 'unknown')[:10]}`"
         + (f"; failed: {', '.join(last['jobs_failed'])}" if last.get("jobs_failed") else "; no failures") + ".",
     ]
     if last.get("study_spans_s"):

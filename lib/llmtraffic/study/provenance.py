@@ -16,6 +16,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -124,6 +125,48 @@ def hardware() -> dict:
     if torch is not None and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
+
+
+def speed_reference(repeats: int = 3) -> dict[str, float]:
+    """This machine's speed on two fixed workloads, on one torch thread, best of ``repeats``
+    (about a second in all), so that run times measured on different days can be compared:
+    the same work took 36.2 minutes on one day's machine and 18.5 on another's.
+
+    ``small_ops_us``: one step of small tensor operations shaped like a decoding step of the
+    OracleTSC surrogate (a batched matmul of 5 stacked models, a softmax over its vocabulary, an
+    elementwise update), where per-operation overhead dominates, as in most of the study's
+    learning code. ``matmul_gflops``: a 256 × 256 single-precision matrix product (the bus DQN's
+    updates are products of this kind)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        x, w = torch.randn(5, 8, 96, generator=gen), torch.randn(5, 96, 384, generator=gen)
+        a, b = torch.randn(256, 256, generator=gen), torch.randn(256, 256, generator=gen)
+
+        def small_ops() -> None:
+            h = x
+            for _ in range(200):
+                h = h + torch.bmm(h, w).softmax(-1)[..., :96]
+
+        def matmuls() -> None:
+            for _ in range(50):
+                a @ b
+
+        def best(fn) -> float:
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - start)
+            return min(times)
+
+        return {"small_ops_us": round(best(small_ops) / 200 * 1e6, 1),
+                "matmul_gflops": round(50 * 2 * 256**3 / best(matmuls) / 1e9, 1)}
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _memory_gb() -> float | None:

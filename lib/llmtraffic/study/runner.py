@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -268,6 +269,8 @@ def run(
     plans = plan(notebooks, profile, params_dir, overrides)
     preflight(plans)
     provenance.check_target(figures_dir())  # a dirty tree fails now, not at its first save
+    speed = provenance.speed_reference()  # before the notebooks load the machine
+    cpu_before = _children_cpu_s()
     started = time.time()
     out_dir = runs_dir() / profile
     outcomes: list[Outcome] = []
@@ -296,7 +299,7 @@ def run(
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         outcomes = [o for o in pool.map(one, plans) if o is not None]
     bar.close()
-    record_run(profile, outcomes, time.time() - started, only, started)
+    record_run(profile, outcomes, time.time() - started, only, started, _children_cpu_s() - cpu_before, speed)
     gallery.write()  # after every prune_stale: the gallery and scorecard list only what is left
     if figures_dir().resolve() == (ROOT / "figures").resolve():
         findings.update_readme()
@@ -318,10 +321,19 @@ def study_spans(ends: dict[str, float]) -> dict[str, float]:
     return dict(sorted(spans.items()))
 
 
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's finished descendants: the notebooks with
+    their kernels and worker processes, each waited for by its parent."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[str] | None,
-               run_start: float) -> Path:
+               run_start: float, cpu_s: float | None = None, speed: dict[str, float] | None = None) -> Path:
     """Merge this run into ``figures/run.json`` (per notebook: the latest time, outcome and commit,
-    and when it started and ended, in seconds after ``run_start``)."""
+    and when it started and ended, in seconds after ``run_start``; for the run: its CPU time
+    and the machine's :func:`~llmtraffic.study.provenance.speed_reference`, so that wall times of
+    different days compare)."""
     path = figures_dir() / RUN_SUMMARY
     try:
         summary = json.loads(path.read_text())
@@ -338,7 +350,8 @@ def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[
         "last_run": {"profile": profile, "only": only or [], "commit": commit, "wall_s": round(wall_s, 1),
                      "jobs_failed": [o.stem for o in outcomes if not o.ok], "notebooks": len(outcomes),
                      "study_spans_s": study_spans(ends),
-                     "cpus": os.cpu_count()},
+                     "cpus": os.cpu_count(), "cpu_s": None if cpu_s is None else round(cpu_s, 1),
+                     "speed_reference": speed or {}},
         "notebooks": dict(sorted(notebooks.items())),
     }
     return atomic_write_text(path, json.dumps(summary, indent=1) + "\n")
