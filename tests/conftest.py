@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import llmtraffic  # noqa: F401  (pins torch's CPU kernels before any test module imports torch)
+
 ROOT = Path(__file__).resolve().parents[1]
 _shared = ROOT.parent / "shared" / "data"
 if not os.environ.get("LLMTRAFFIC_DATA") and _shared.exists():

@@ -1,7 +1,10 @@
 """The guard: outputs saved into the repository's figures/ must name a commit with no uncommitted code."""
 
 import json
+import os
+import platform
 import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -106,3 +109,30 @@ def test_figures_outside_the_repository_are_not_guarded_but_record_the_state(rep
     meta = json.loads((tmp_path / "elsewhere" / "fx_plot" / "tab.json").read_text())
     assert meta["git"]["dirty"] is True and meta["allow_dirty"] is False
     assert DIRTY_MARK in (tmp_path / "elsewhere" / "fx_plot" / "tab.md").read_text()
+
+
+def _kernels(*imports: str, env: dict | None = None) -> str:
+    """torch's CPU kernel level in a fresh interpreter after ``imports``, in that order."""
+    code = "; ".join(f"import {m}" for m in imports) + "; print(torch.backends.cpu.get_cpu_capability())"
+    clean = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    return subprocess.run([sys.executable, "-c", code], env={**clean, **(env or {})}, capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def _has_avx2() -> bool:
+    try:
+        return any(line.startswith("flags") and "avx2" in line.split() for line in open("/proc/cpuinfo"))
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or not _has_avx2(), reason="pins kernels on x86-64 with AVX2 only")
+def test_importing_the_package_first_pins_torchs_cpu_kernels_to_avx2():
+    """AVX-512 kernels round differently: one commit gave another surrogate on a machine with them."""
+    assert _kernels("llmtraffic", "torch") == "AVX2"
+    assert _kernels("llmtraffic", "torch", env={"ATEN_CPU_CAPABILITY": "default"}) == "DEFAULT"  # the user's value stays
+    torch_first = _kernels("torch", "llmtraffic")  # too late to pin: torch's own choice, recorded in provenance
+    out = subprocess.run([sys.executable, "-c", "import torch, llmtraffic.study.provenance as p; "
+                          "print(p.hardware()['torch_cpu_kernels'])"], capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}).stdout.strip()
+    assert out == torch_first

@@ -122,6 +122,9 @@ def hardware() -> dict:
         "gpu": None,
     }
     torch = sys.modules.get("torch")  # only ask torch if the notebook already imported it
+    # the instruction set of torch's CPU kernels changes results (see llmtraffic._pin_cpu_kernels)
+    info["torch_cpu_kernels"] = (torch.backends.cpu.get_cpu_capability() if torch is not None
+                                 else os.environ.get("ATEN_CPU_CAPABILITY", "torch's choice"))
     if torch is not None and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
