@@ -40,7 +40,9 @@ def fit(model, tokenizer, steps=150):
 def taught(tmp_path_factory):
     """Directory of a tiny model that learnt TEACH, saved as a transformers checkpoint."""
     corpus = list(TEACH) + list(TEACH.values()) + ["system user assistant Answer briefly."]
-    model, tokenizer = build_tiny(corpus, TinySpec(hidden=32, layers=2, seed=0))
+    # hidden 64, not 32: NF4 moved a hidden-32 model's logits by up to 5.7 against a margin of 7.8 and flipped an
+    # answer with torch's AVX2 kernels (by 0.13 at hidden 64, against margins of 7 or more, with AVX2 or AVX-512)
+    model, tokenizer = build_tiny(corpus, TinySpec(hidden=64, layers=2, seed=0))
     fit(model, tokenizer)
     path = tmp_path_factory.mktemp("tiny") / "tiny-qwen2"
     model.save_pretrained(path)
@@ -76,7 +78,7 @@ def test_sampling_is_batched_and_a_function_of_the_seed(taught):
     # call, and the same sequence of samples for every backend built with the same seed
     def two_calls():
         model = llm.from_config({"backend": "hf", "path": str(path), "seed": 1})
-        return [model.complete(question, n=2, max_tokens=8) for _ in range(2)]
+        return [model.complete(question, n=4, temperature=1.5, max_tokens=8) for _ in range(2)]
 
     first_run = two_calls()
     assert first_run[0] != first_run[1]
@@ -92,7 +94,7 @@ def test_nf4_quantised_model_loads_as_4bit_and_keeps_the_taught_answers(taught):
     assert len(layers) == 2 * 7  # q, k, v, o, gate, up, down per decoder layer
     assert all(layer.weight.quant_type == "nf4" for layer in layers)
     for question, answer in TEACH.items():
-        # 4-bit rounding of a hidden-32 model may move the end token; the content must stay
+        # 4-bit rounding of a tiny model may move the end token; the content must stay
         [quantised] = model.complete(chat(question), temperature=0, max_tokens=20)
         assert quantised.startswith(answer)
 
