@@ -22,15 +22,21 @@ def _pin_cpu_kernels() -> None:
     differed between the two. Set here, before torch is imported, and inherited by every process
     the study starts (notebooks, workers, simulators). A value the user set is kept; a process
     that imported torch before this package keeps torch's own choice (provenance records it)."""
-    if "ATEN_CPU_CAPABILITY" in os.environ or "torch" in sys.modules or platform.machine() not in ("x86_64", "AMD64"):
+    if "ATEN_CPU_CAPABILITY" in os.environ or "torch" in sys.modules:
         return
+    if has_avx2():
+        os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
+
+
+def has_avx2() -> bool:
+    """Whether this is an x86-64 machine whose CPU flags (Linux's /proc/cpuinfo) include AVX2."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            flags = next((line.split() for line in cpuinfo if line.startswith("flags")), [])
+            return "avx2" in next((line.split() for line in cpuinfo if line.startswith("flags")), [])
     except OSError:
-        return
-    if "avx2" in flags:
-        os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
+        return False
 
 
 _pin_cpu_kernels()

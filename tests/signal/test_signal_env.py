@@ -234,7 +234,7 @@ def test_evaluation_of_a_seed_does_not_depend_on_what_ran_before_on_cologne1():
 def test_an_interrupt_ends_the_simulator_zygote_without_a_traceback(capfd):
     """The zygote shares the caller's process group, which a notebook kernel's shutdown interrupts."""
     zygote = _Zygote(dict)  # any picklable factory: only forked children call it
-    sock, child = zygote.fork()
+    sock, _ = zygote.fork()
     capfd.readouterr()
     os.kill(zygote.proc.pid, signal.SIGINT)
     assert zygote.proc.wait(timeout=10) == 0

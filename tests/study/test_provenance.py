@@ -2,7 +2,6 @@
 
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from llmtraffic import study
+from llmtraffic import has_avx2, study
 from llmtraffic.study import claims, gallery, paths, provenance
 from llmtraffic.study.outputs import DIRTY_MARK
 from llmtraffic.study.stats import mean_ci
@@ -111,28 +110,22 @@ def test_figures_outside_the_repository_are_not_guarded_but_record_the_state(rep
     assert DIRTY_MARK in (tmp_path / "elsewhere" / "fx_plot" / "tab.md").read_text()
 
 
-def _kernels(*imports: str, env: dict | None = None) -> str:
-    """torch's CPU kernel level in a fresh interpreter after ``imports``, in that order."""
-    code = "; ".join(f"import {m}" for m in imports) + "; print(torch.backends.cpu.get_cpu_capability())"
+def _fresh(code: str, env: dict | None = None) -> str:
+    """What ``code`` prints in a fresh interpreter, ATEN_CPU_CAPABILITY unset unless ``env`` sets it."""
     clean = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
     return subprocess.run([sys.executable, "-c", code], env={**clean, **(env or {})}, capture_output=True,
                           text=True, check=True).stdout.strip()
 
 
-def _has_avx2() -> bool:
-    try:
-        return any(line.startswith("flags") and "avx2" in line.split() for line in open("/proc/cpuinfo"))
-    except OSError:
-        return False
+def _kernels(*imports: str, env: dict | None = None) -> str:
+    """torch's CPU kernel level in a fresh interpreter after ``imports``, in that order."""
+    return _fresh("; ".join(f"import {m}" for m in imports) + "; print(torch.backends.cpu.get_cpu_capability())", env)
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64" or not _has_avx2(), reason="pins kernels on x86-64 with AVX2 only")
+@pytest.mark.skipif(not has_avx2(), reason="pins kernels on x86-64 with AVX2 only")
 def test_importing_the_package_first_pins_torchs_cpu_kernels_to_avx2():
     """AVX-512 kernels round differently: one commit gave another surrogate on a machine with them."""
     assert _kernels("llmtraffic", "torch") == "AVX2"
     assert _kernels("llmtraffic", "torch", env={"ATEN_CPU_CAPABILITY": "default"}) == "DEFAULT"  # the user's value stays
     torch_first = _kernels("torch", "llmtraffic")  # too late to pin: torch's own choice, recorded in provenance
-    out = subprocess.run([sys.executable, "-c", "import torch, llmtraffic.study.provenance as p; "
-                          "print(p.hardware()['torch_cpu_kernels'])"], capture_output=True, text=True, check=True,
-                         env={k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}).stdout.strip()
-    assert out == torch_first
+    assert _fresh("import torch, llmtraffic.study.provenance as p; print(p.hardware()['torch_cpu_kernels'])") == torch_first
