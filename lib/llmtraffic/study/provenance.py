@@ -21,7 +21,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from . import paths
+from .. import paths
 
 KEY_PACKAGES = (
     "llmtraffic", "numpy", "pandas", "torch", "transformers", "peft", "bitsandbytes",
