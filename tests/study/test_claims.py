@@ -17,7 +17,7 @@ from llmtraffic.study.stats import Estimate, mean_ci
         (Estimate(3.0, 1.0, 5.0, 10), +1, claims.REPRODUCED),
         (Estimate(-3.0, -5.0, 0.5, 10), -1, claims.INCONCLUSIVE),
         (Estimate(-3.0, -5.0, 0.0, 10), -1, claims.INCONCLUSIVE),  # touching 0 is not excluding it
-        (Estimate(-3.0, math.nan, math.nan, 1), -1, claims.INCONCLUSIVE),
+        (Estimate(-3.0, math.nan, math.nan, 1), -1, claims.INCONCLUSIVE_N1),
         (None, -1, claims.NOT_RUN),
     ],
 )

@@ -58,7 +58,7 @@ def test_figure_provenance_records_commit_and_params(ctx, outdirs):
 
 def test_table_with_paper_values(ctx, outdirs):
     df = pd.DataFrame({"tt": [110.0, "90.0 ± 2.0"], "sd": [1.0, 2.0]}, index=pd.Index(["a", "b"], name="method"))
-    study.save_table(df, "t1", paper={"tt": {"a": 100.0, "b": 100.0}}, caption="Table")
+    study.save_table(df, "t1", paper={"tt": {"a": 100.0, "b": 100.0}}, caption="Table", descriptive=True)
     csv = pd.read_csv(outdirs / "figures" / "fx_plot" / "t1.csv", index_col=0)
     assert list(csv.columns) == ["tt", "tt [paper]", "tt [Δ %]", "sd", "sd [paper]", "sd [Δ %]"]
     assert csv.loc["a", "tt [Δ %]"] == pytest.approx(10.0)
@@ -80,10 +80,10 @@ def test_gallery_lists_every_saved_output(ctx, outdirs):
     for name in ("f1", "f2"):
         fig, _ = plt.subplots()
         study.save_figure(fig, name, caption=f"caption {name}")
-    study.save_table(pd.DataFrame({"v": [1]}), "tab", caption="caption tab")
+    study.save_table(pd.DataFrame({"v": [1]}), "tab", caption="caption tab", descriptive=True)
     # an output of a bus notebook goes under the bus paper
     study.begin("bus_fake", None)
-    study.save_table(pd.DataFrame({"v": [2]}), "other", caption="bus table")
+    study.save_table(pd.DataFrame({"v": [2]}), "other", caption="bus table", descriptive=True)
     readme = (outdirs / "figures" / "README.md").read_text()
     for text in ("![caption f1](fx_plot/f1.png)", "![caption f2](fx_plot/f2.png)", "#### caption tab",
                  "[CSV](fx_plot/tab.csv)", "### fx_plot — Fixture: a plot and a table", "## Bus holding",
@@ -127,7 +127,7 @@ def test_save_figure_interrupted_leaves_previous_png(ctx, outdirs, monkeypatch):
 def test_save_without_begin_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(study.context, "_current", None)
     with pytest.raises(RuntimeError, match=r"study.begin\('<notebook stem>', globals\(\)\)"):
-        study.save_table(pd.DataFrame({"v": [1]}), "x")
+        study.save_table(pd.DataFrame({"v": [1]}), "x", descriptive=True)
 
 
 def test_compare_keeps_rows_of_ours():
@@ -153,7 +153,7 @@ def test_outputs_are_0644_whatever_the_umask(ctx, outdirs):
     try:
         fig, _ = plt.subplots()
         study.save_figure(fig, "f")
-        study.save_table(pd.DataFrame({"v": [1]}), "t")
+        study.save_table(pd.DataFrame({"v": [1]}), "t", descriptive=True)
     finally:
         os.umask(old)
     out = outdirs / "figures" / "fx_plot"
@@ -212,7 +212,7 @@ WRITER = textwrap.dedent("""
     study.begin("fx_plot", {"n": writer})
     print("ready", flush=True)
     for i in range(times):
-        study.save_table(pd.DataFrame({"writer": [writer] * 200, "i": range(200)}), "race", caption=f"by {writer}")
+        study.save_table(pd.DataFrame({"writer": [writer] * 200, "i": range(200)}), "race", caption=f"by {writer} (descriptive: no comparison)", descriptive=True)
 """)
 
 
@@ -230,7 +230,7 @@ def test_a_writer_waits_for_the_unit_lock(ctx, outdirs):
         time.sleep(2.0)
         assert not (out / "race.csv").exists() and proc.poll() is None  # blocked on the lock
     assert proc.wait(timeout=60) == 0, proc.stderr.read()
-    assert _unit_consistent(out, "race")["caption"] == "by 1"
+    assert _unit_consistent(out, "race")["caption"] == "by 1 (descriptive: no comparison)"
 
 
 @pytest.mark.slow
@@ -240,7 +240,7 @@ def test_racing_runs_leave_one_consistent_unit(ctx, outdirs):
         assert proc.wait(timeout=300) == 0, proc.stderr.read()
     out = outdirs / "figures" / "fx_plot"
     meta = _unit_consistent(out, "race")
-    writer = int(meta["caption"].split()[-1])
+    writer = int(meta["caption"].split()[1])
     assert meta["params"]["n"] == writer
     assert set(pd.read_csv(out / "race.csv")["writer"]) == {writer}
     assert f"by {writer}" in (out / "race.md").read_text()
@@ -314,3 +314,28 @@ def test_plot_series_draws_runs_as_mean_and_t_band():
     assert stats.mean_ci(runs[:, 0]).half_width == pytest.approx(half)
     plot_series(ax, [0, 1], {"one run": runs[:1]})
     assert len(ax.collections) == 1  # a single run has no band
+
+
+# ---------------------------------------------------------------- statistics in the sidecar (issue 35)
+
+
+def test_a_comparative_table_stores_its_per_run_values_and_refuses_a_caption_without_a_unit(ctx, outdirs):
+    from llmtraffic.study import stats, tables
+
+    rows = pd.DataFrame({"method": ["a"] * 4 + ["b"] * 4, "agent_seed": [0, 0, 1, 1] * 2, "seed": [0, 1] * 4,
+                         "q": [1.0, 2.0, 3.0, 4.0, 2.0, 2.0, 5.0, 5.0]})
+    summary = tables.summarize(rows, "q", reference="a")
+    with pytest.raises(ValueError, match="gives n as a bare product"):
+        study.save_table(summary.frame, "s", caption=f"Case 1, {stats.caption(4, 'agent seeds × eval seeds')}")
+    with pytest.raises(ValueError, match="gives no n with its unit"):
+        study.save_table(summary.frame, "s", caption="Case 1: mean ± 95 % t-interval")
+    with pytest.raises(ValueError, match="stores its estimates"):
+        study.save_table(summary.frame, "s", caption=summary.caption, estimates={})
+    study.save_table(summary.frame, "s", caption=summary.caption)
+    record = json.loads((outdirs / "figures" / "fx_plot" / "s.json").read_text())["stats"]
+    assert record["format"] == 2 and not record["descriptive"]
+    diff = record["estimates"]["b / Δ q vs a"]
+    assert diff["runs"] == [0.5, 1.5] and diff["of"] == "2 agents (× 2 episodes each)"  # per agent: (2−1+2−2)/2, …
+    assert (diff["low"], diff["high"]) == pytest.approx((stats.mean_ci(diff["runs"]).low, stats.mean_ci(diff["runs"]).high))
+    study.save_table(pd.DataFrame({"lr": [1e-3]}), "params", caption="Settings", descriptive=True)
+    assert "descriptive: no comparison" in (outdirs / "figures" / "fx_plot" / "params.md").read_text()

@@ -53,7 +53,7 @@ def _save_all():
     fig, ax = plt.subplots()
     ax.plot([0, 1])
     study.save_figure(fig, "fig")
-    study.save_table(pd.DataFrame({"v": [1.0]}), "tab")
+    study.save_table(pd.DataFrame({"v": [1.0]}), "tab", descriptive=True)
     claims.claim("c", "bus", "§5", "s", "q", "tab", ours=mean_ci([1.0, 2.0, 3.0]), paper_value=1.0)
 
 
@@ -79,7 +79,7 @@ def test_dirty_code_stops_every_save_into_figures(repo, change):
         _git(repo, "add", "params/x.py")
         name = "params/x.py"
     fig, _ = plt.subplots()
-    for save in (lambda: study.save_figure(fig, "fig"), lambda: study.save_table(pd.DataFrame({"v": [1]}), "tab"),
+    for save in (lambda: study.save_figure(fig, "fig"), lambda: study.save_table(pd.DataFrame({"v": [1]}), "tab", descriptive=True),
                  lambda: claims.claim("c", "bus", "§5", "s", "q", "tab", ours=mean_ci([1.0, 2.0]), paper_value=1.0)):
         with pytest.raises(provenance.DirtyTreeError, match=rf"{name}.*LLMTRAFFIC_ALLOW_DIRTY=1"):
             save()

@@ -17,10 +17,12 @@ from llmtraffic.study.paths import ROOT
 from llmtraffic.study.stats import mean_ci
 
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
-OURS = re.compile(rf"^(?P<mean>{NUM})(?: \S+)? (?:\[(?P<low>{NUM}), (?P<high>{NUM})\] \(n = \d+\)|\(n = 1, no CI\)"
-                  rf"|(?P<same>\(n = \d+ identical runs: no spread to estimate\)))$")
-"""Ours: mean [low, high] (n), one run without a CI, or n identical runs (an exact difference)."""
-VERDICT = re.compile(r"^\*\*(" + "|".join(claims.VERDICTS) + r")\*\*$")
+OURS = re.compile(rf"^(?P<mean>{NUM})(?: \S+)? (?:\[(?P<low>{NUM}), (?P<high>{NUM})\] )?\(n = (?P<n>\d+[^\[\]]*?)"
+                  r"(?P<tail>, no CI|(?P<same>,? identical runs: no spread to estimate))?\)$")
+"""Ours: mean [low, high] (n with its unit), one run without a CI, or n identical runs (an exact difference)."""
+UNIT = re.compile(r"^\d+ (agent|eval seed|design run|system|training seed)s?\b")
+"""n with its unit ("3 agents (× 10 episodes each)"); the committed scorecard before issue 35 gave a bare n."""
+VERDICT = re.compile(r"^\*\*(" + "|".join(map(re.escape, claims.VERDICTS)) + r")\*\*$")
 LINK = re.compile(r"\[[^\]]+\]\(([^)\s]+)\)")
 
 
@@ -51,10 +53,13 @@ def check(text: str, root: Path) -> list[str]:
     """Problems of the scorecard ``text`` whose links are relative to ``root`` (empty: none)."""
     problems = []
     for row in _rows(text):
-        if len(row) != 7:
-            problems.append(f"row with {len(row)} cells, not 7: {row}")
+        if len(row) not in (7, 8):
+            problems.append(f"row with {len(row)} cells, not 8: {row}")
             continue
-        where, what, paper, ours, verdict_cell, _, source = row
+        if len(row) == 8:  # with the minimum detectable effect and n's unit (issue 35)
+            where, what, paper, ours, _, verdict_cell, _, source = row
+        else:
+            where, what, paper, ours, verdict_cell, _, source = row
         name = f"{where} {what[:40]!r}"
         verdict = VERDICT.match(verdict_cell)
         if not verdict:
@@ -71,9 +76,11 @@ def check(text: str, root: Path) -> list[str]:
                 problems.append(f"{name}: 'not run' without what it needs ({ours!r})")
             continue
         number = OURS.match(ours)
-        if not number:
+        if not number or (number["low"] is None) != bool(number["tail"]):
             problems.append(f"{name}: no estimate with CI and n ({ours!r})")
             continue
+        if len(row) == 8 and not UNIT.match(number["n"]):
+            problems.append(f"{name}: n without its unit ({number['n']!r})")
         if number["same"]:  # identical runs of a deterministic simulator: the difference is exact
             mean = float(number["mean"])
             excludes, sign = mean != 0, (1 if mean > 0 else -1)
@@ -84,6 +91,10 @@ def check(text: str, root: Path) -> list[str]:
             if not low <= mean <= high:
                 problems.append(f"{name}: mean {mean} outside its CI [{low}, {high}]")
             excludes, sign = low > 0 or high < 0, (1 if mean > 0 else -1)
+        if number["n"].split(" ")[0] == "1" and not number["same"]:
+            if verdict != claims.INCONCLUSIVE_N1:
+                problems.append(f"{name}: one run but the verdict is {verdict}")
+            continue
         if not excludes:
             if verdict != claims.INCONCLUSIVE:
                 problems.append(f"{name}: the CI includes 0 but the verdict is {verdict}")
@@ -120,16 +131,16 @@ def test_committed_scorecard_lists_every_claim_with_a_sound_verdict():
 
 @pytest.fixture
 def card(claims_ctx, outdirs):
-    study.save_table(pd.DataFrame({"v": [1.0]}), "table1")
+    study.save_table(pd.DataFrame({"v": [1.0]}), "table1", descriptive=True)
     claims.claim("same_way", "bus", "§5.2, Table 1", "A beats B", "travel (%)", "table1",
-                 ours=mean_ci([-1.9, -2.0, -2.1]), paper_value=-3.73)
+                 ours=mean_ci([-1.9, -2.0, -2.1], of="3 agents (× 10 episodes each)"), paper_value=-3.73)
     claims.claim("other_way", "bus", "§5.3", "C beats D", "travel (s)", "table1",
-                 ours=mean_ci([1.9, 2.0, 2.1]), direction=-1)
+                 ours=mean_ci([1.9, 2.0, 2.1], of="3 eval seeds"), direction=-1)
     claims.claim("unsure", "tsc", "§4.3, Table 2", "hurdle helps", "queue (veh)", "table1",
-                 ours=mean_ci([1.0, -2.0, 3.0]), paper_value=-1.2)
-    claims.claim("single", "tsc", "§4.4", "one seed", "queue (veh)", "table1", ours=mean_ci([1.0]), paper_value=1.0)
+                 ours=mean_ci([1.0, -2.0, 3.0], of="3 agents"), paper_value=-1.2)
+    claims.claim("single", "tsc", "§4.4", "one seed", "queue (veh)", "table1", ours=mean_ci([1.0], of="1 agent (× 3 episodes)"), paper_value=1.0)
     claims.claim("llm", "tsc", "§4.5", "GPT-4o", "queue (veh)", "table1", paper_value=-1.0, needs="an LLM backend")
-    claims.claim("exact", "tsc", "§4.6", "deterministic", "queue (veh)", "table1", ours=mean_ci([-4.0] * 3), paper_value=-2.0)
+    claims.claim("exact", "tsc", "§4.6", "deterministic", "queue (veh)", "table1", ours=mean_ci([-4.0] * 3, of="3 eval seeds"), paper_value=-2.0)
     root = outdirs / "figures"
     return root, (root / "SCORECARD.md").read_text()
 
@@ -137,7 +148,8 @@ def card(claims_ctx, outdirs):
 def test_rendered_scorecard_passes(card):
     root, text = card
     assert len(_rows(text)) == 6
-    assert "-4 (n = 3 identical runs: no spread to estimate)" in text
+    assert "-4 (n = 3 eval seeds, identical runs: no spread to estimate)" in text
+    assert "1 (n = 1 agent (× 3 episodes), no CI) | not recorded | **inconclusive (n = 1)**" in text
     assert check(text, root) == []
 
 
@@ -148,12 +160,15 @@ def test_rendered_scorecard_passes(card):
         ("**opposite**", "**reproduced**", "other side as the paper but the verdict is reproduced"),
         ("**reproduced**", "**opposite**", "same side as the paper but the verdict is opposite"),
         ("**inconclusive**", "**reproduced**", "includes 0 but the verdict is reproduced"),
-        ("-2 [-2.25, -1.75] (n = 3)", "about -2", "no estimate with CI and n"),
-        ("-2 [-2.25, -1.75] (n = 3)", "-2 [-2.25, 0.5] (n = 3)", "includes 0 but the verdict is reproduced"),
+        ("-2 [-2.25, -1.75] (n = 3 agents (× 10 episodes each))", "about -2", "no estimate with CI and n"),
+        ("-2 [-2.25, -1.75] (n = 3 agents (× 10 episodes each))", "-2 [-2.25, -1.75] (n = 30)", "n without its unit"),
+        ("-2 [-2.25, -1.75] (n = 3 agents (× 10 episodes each))", "-2 [-2.25, 0.5] (n = 3 agents (× 10 episodes each))",
+         "includes 0 but the verdict is reproduced"),
+        ("**inconclusive (n = 1)**", "**inconclusive**", "one run but the verdict is inconclusive"),
         ("[fx_plot/table1](fx_plot/table1.md)", "fx_plot/table1", "no link"),
         ("(fx_plot/table1.md)", "(fx_plot/table9.md)", "points at no file"),
         ("not run: needs an LLM backend", "not run: needs ", "without what it needs"),
-        ("-4 (n = 3 identical runs: no spread to estimate)", "4 (n = 3 identical runs: no spread to estimate)",
+        ("-4 (n = 3 eval seeds, identical runs: no spread to estimate)", "4 (n = 3 eval seeds, identical runs: no spread to estimate)",
          "other side as the paper but the verdict is reproduced"),
     ],
 )

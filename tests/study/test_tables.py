@@ -23,53 +23,55 @@ RESULTS = _rows({
 
 
 def test_cells_n_and_caption():
-    s = tables.summarize(RESULTS, "travel", reference="RL")
+    s = tables.summarize(RESULTS, "travel", episode="eval_seed", reference="RL")
     assert list(s.frame.index) == ["RL", "LLM", "worse", "shuffled"] and s.frame.index.name == "method"
     half = T2 * 1.0 / math.sqrt(3)  # s = 1 for (1, 2, 3)
     assert s.frame.loc["RL", "travel"] == f"2.0 ± {half:.1f}" == "2.0 ± 2.5"
     assert s.frame.loc["LLM", "travel"] == f"4.0 ± {2 * half:.1f}"
-    assert list(s.frame["n"]) == [3, 3, 3, 3]
-    assert s.caption.startswith(stats.caption(3, "eval seeds"))
-    assert "paired difference method − RL over the same eval seeds" in s.caption
+    assert list(s.frame["n"]) == ["3 eval seeds"] * 4
+    assert s.caption.startswith(stats.caption("3 eval seeds"))
+    assert "paired difference method − RL over the runs" in s.caption
+    stats.check_caption(s.caption, s.frame.attrs["estimates"].values())
 
 
 def test_paired_differences_and_verdicts():
-    s = tables.summarize(RESULTS, "travel", reference="RL")
+    s = tables.summarize(RESULTS, "travel", episode="eval_seed", reference="RL")
     col = "Δ travel vs RL"
     assert s.frame.loc["RL", col] == "reference" and ("RL", "travel") not in s.differences
     assert s.frame.loc["LLM", col] == "2.0 ± 2.5 (no detectable difference)"
-    assert s.frame.loc["worse", col] == "2.0 (n = 3, all equal) (worse)"
+    assert s.frame.loc["worse", col] == "2.0 (n = 3 eval seeds, all equal) (worse)"
     shuffled = s.differences["shuffled", "travel"]
     assert shuffled.mean == pytest.approx(18.0) and shuffled.half_width == pytest.approx(T2 * 9.0 / math.sqrt(3))
-    higher = tables.summarize(RESULTS, ["travel"], reference="RL", lower_is_better={"travel": False})
-    assert higher.frame.loc["worse", col] == "2.0 (n = 3, all equal) (better)"
+    higher = tables.summarize(RESULTS, ["travel"], episode="eval_seed", reference="RL", lower_is_better={"travel": False})
+    assert higher.frame.loc["worse", col] == "2.0 (n = 3 eval seeds, all equal) (better)"
 
 
 def test_relative_differences_in_percent_of_the_reference():
-    s = tables.summarize(RESULTS, "travel", reference="RL", relative=True, digits=0)
-    assert s.frame.loc["worse", "Δ travel vs RL (%)"] == "100 % (n = 3, all equal) (worse)"  # 2 / mean(RL) = 2 / 2
+    s = tables.summarize(RESULTS, "travel", episode="eval_seed", reference="RL", relative=True, digits=0)
+    assert s.frame.loc["worse", "Δ travel vs RL (%)"] == "100 % (n = 3 eval seeds, all equal) (worse)"  # 2 / mean(RL) = 2 / 2
     assert "in % of RL's mean" in s.caption
 
 
-def test_several_unit_columns_and_unequal_n():
+def test_trained_rows_are_averaged_per_agent_and_n_names_the_unit():
     rows = pd.DataFrame({
         "method": ["a"] * 4 + ["b"] * 2,
         "agent_seed": [0, 0, 1, 1, 0, 1],
         "eval_seed": [0, 1, 0, 1, 0, 0],
         "q": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
     })
-    s = tables.summarize(rows, "q", units=["agent_seed", "eval_seed"], units_label="agent seeds × eval seeds")
-    assert list(s.frame["n"]) == [4, 2]
-    assert s.estimates["a", "q"] == stats.mean_ci([1.0, 2.0, 3.0, 4.0])
-    assert "n per row in column n" in s.caption
-    with pytest.raises(ValueError, match=r"not run on the same units.*\(1, 1\)"):
-        tables.summarize(rows, "q", units=["agent_seed", "eval_seed"], reference="a")
+    s = tables.summarize(rows, "q", episode="eval_seed")
+    assert list(s.frame["n"]) == ["2 agents (× 2 episodes each)", "2 agents"]
+    assert s.estimates["a", "q"] == stats.mean_ci([1.5, 3.5], of="2 agents (× 2 episodes each)")
+    assert "2 agents (× 2 episodes each); n = 2 agents" in s.caption
+    assert s.frame.attrs["estimates"]["a / q"].runs == (1.5, 3.5)
+    with pytest.raises(ValueError, match=r"not run on the same agent_seed, eval_seed"):
+        tables.summarize(rows, "q", episode="eval_seed", reference="a")
 
 
 def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match=r"lack the column\(s\) \['queue'\]"):
-        tables.summarize(RESULTS, "queue")
+        tables.summarize(RESULTS, "queue", episode="eval_seed")
     with pytest.raises(ValueError, match="units must appear once per method"):
-        tables.summarize(pd.concat([RESULTS, RESULTS.head(1)]), "travel")
+        tables.summarize(pd.concat([RESULTS, RESULTS.head(1)]), "travel", episode="eval_seed")
     with pytest.raises(ValueError, match="reference 'PPO' is not among"):
-        tables.summarize(RESULTS, "travel", reference="PPO")
+        tables.summarize(RESULTS, "travel", episode="eval_seed", reference="PPO")

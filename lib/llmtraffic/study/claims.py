@@ -2,11 +2,13 @@
 
 A claim is one comparative statement of a paper ("the LLM-enhanced reward lowers travel time
 against the best expert reward by 3.73 %"), our estimate of the same comparison (a paired
-difference with its 95 % CI, see :mod:`llmtraffic.study.stats`) and a verdict:
+difference with its 95 % CI over independent runs, see :mod:`llmtraffic.study.stats`, with n
+and its unit, the per-run values and the minimum detectable effect) and a verdict:
 
 - **reproduced**: the CI excludes no difference and points the paper's way;
 - **opposite**: the CI excludes no difference and points the other way;
 - **inconclusive**: the CI includes no difference;
+- **inconclusive (n = 1)**: one run only, so no interval;
 - **not run**: we could not compute it here; ``needs`` says what (an LLM backend, a GPU, …).
 
 Notebooks call :func:`claim`; the claims of one notebook go to ``figures/<stem>/claims.json``
@@ -25,10 +27,12 @@ from . import provenance
 from .atomic import atomic_write_text
 from .context import current
 from .paths import figures_dir
+from . import stats
 from .stats import Estimate
 
 REPRODUCED, OPPOSITE, INCONCLUSIVE, NOT_RUN = "reproduced", "opposite", "inconclusive", "not run"
-VERDICTS = (REPRODUCED, OPPOSITE, INCONCLUSIVE, NOT_RUN)
+INCONCLUSIVE_N1 = stats.INCONCLUSIVE_N1
+VERDICTS = (REPRODUCED, OPPOSITE, INCONCLUSIVE, INCONCLUSIVE_N1, NOT_RUN)
 
 PAPERS = {
     "bus": "Yu, Wang, Ma — Large Language Model-Enhanced Reinforcement Learning for Generic Bus Holding Control Strategies",
@@ -66,6 +70,8 @@ def judge(ours: Estimate | None, direction: int) -> str:
     """The verdict of an estimate against the paper's direction (see the module docstring)."""
     if ours is None:
         return NOT_RUN
+    if ours.n == 1:
+        return INCONCLUSIVE_N1
     if not ours.excludes_zero():
         return INCONCLUSIVE
     return REPRODUCED if math.copysign(1, ours.mean) == direction else OPPOSITE
@@ -171,11 +177,22 @@ def _ours(c: dict) -> str:
         return f"not run: needs {c.get('needs')}"
     o = c["ours"]
     unit = f" {o['unit']}" if o.get("unit") else ""
+    n = o.get("of") or o["n"]
     if o["low"] is None or (isinstance(o["low"], float) and math.isnan(o["low"])):
-        return f"{o['mean']:.3g}{unit} (n = {o['n']}, no CI)"
+        return f"{o['mean']:.3g}{unit} (n = {n}, no CI)"
     if identical_runs(o):
-        return f"{o['mean']:.3g}{unit} (n = {o['n']} identical runs: no spread to estimate)"
-    return f"{o['mean']:.3g}{unit} [{o['low']:.3g}, {o['high']:.3g}] (n = {o['n']})"
+        return f"{o['mean']:.3g}{unit} (n = {n}, identical runs: no spread to estimate)"
+    return f"{o['mean']:.3g}{unit} [{o['low']:.3g}, {o['high']:.3g}] (n = {n})"
+
+
+def minimum_effect(c: dict) -> str:
+    """The claim's minimum detectable effect (paired t over its runs, α = 0.05, power 0.8), or why none."""
+    o = c.get("ours") or {}
+    if o.get("mde") is None:
+        return "" if not o else "not recorded"
+    if isinstance(o["mde"], float) and math.isnan(o["mde"]):
+        return "none (n = 1)"
+    return f"{o['mde']:.3g}{' ' + o['unit'] if o.get('unit') else ''}"
 
 
 def link_target(link: str, root: Path | None = None) -> str:
@@ -190,9 +207,13 @@ def render(root: Path | None = None) -> str:
         "# Scorecard",
         "",
         "Every comparative claim of the two papers that the study checks: the paper's statement and",
-        "value, ours (a paired difference with its 95 % t-interval over n independent units) and the",
-        "verdict — **reproduced** (CI excludes 0, the paper's direction), **opposite** (CI excludes 0,",
-        "the other direction), **inconclusive** (CI includes 0), **not run** (needs what it says).",
+        "value, ours (a paired difference with its 95 % t-interval over n independent runs: trained agents",
+        "with their evaluation episodes averaged inside each, or evaluation seeds for a method without",
+        "training; n names its unit), the minimum detectable effect (MDE: the true difference a paired",
+        f"t-test over the same runs detects with power {stats.POWER} at α = {stats.ALPHA:.2f}, from the observed",
+        "SD of the per-run differences, by the noncentral t) and the verdict — **reproduced** (CI excludes 0,",
+        "the paper's direction), **opposite** (CI excludes 0, the other direction), **inconclusive** (CI",
+        "includes 0), **inconclusive (n = 1)** (one run: no interval), **not run** (needs what it says).",
         "Regenerated from `figures/*/claims.json` after every run.",
         "",
         "| paper | claims | " + " | ".join(VERDICTS) + " |",
@@ -208,14 +229,14 @@ def render(root: Path | None = None) -> str:
         if not mine:
             continue
         lines += [f"## {title}", ""]
-        lines += ["| where | claim | paper | ours | verdict | quantity | source |", "|---|---|---|---|---|---|---|"]
+        lines += ["| where | claim | paper | ours | MDE | verdict | quantity | source |", "|---|---|---|---|---|---|---|---|"]
         for c in sorted(mine, key=lambda c: (c["where"], c["id"])):
             link = c["link"]
             target = link_target(link, root)
             note = f" — {c['note']}" if c.get("note") else ""
             cells = [
                 c["where"], f"`{c['id']}`: {c['statement']}{note}", _fmt(c.get("paper_value")), _ours(c),
-                f"**{c['verdict']}**", c["quantity"], f"[{link}]({target}) · {c['_label']} · `{c['_commit'][:10]}`",
+                minimum_effect(c), f"**{c['verdict']}**", c["quantity"], f"[{link}]({target}) · {c['_label']} · `{c['_commit'][:10]}`",
             ]
             lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
         lines.append("")

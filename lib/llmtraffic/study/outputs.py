@@ -32,7 +32,7 @@ from .context import Context, current
 
 __all__ = [
     "atomic_write", "atomic_write_text", "compare", "leading_number", "plot_series", "relative_difference",
-    "save_figure", "save_table", "to_markdown",
+    "cell", "save_figure", "save_table", "to_markdown",
 ]
 
 DIRTY_MARK = "UNCOMMITTED CODE"
@@ -248,16 +248,42 @@ def to_markdown(df: pd.DataFrame, paper: pd.DataFrame | dict | None = None) -> s
     return "\n".join(lines) + "\n"
 
 
-def save_table(df: pd.DataFrame, name: str, paper: pd.DataFrame | dict | None = None, caption: str = "") -> Path:
+def save_table(df: pd.DataFrame, name: str, paper: pd.DataFrame | dict | None = None, caption: str = "",
+               estimates: Mapping[str, stats.Estimate] | None = None, descriptive: bool = False) -> Path:
     """Save ``df`` as ``figures/<stem>/<name>.csv`` and ``.md`` with a provenance sidecar.
 
     ``paper`` holds the paper's reported values in the layout of ``df``; the CSV then carries
     ``[paper]`` and ``[Δ %]`` columns and the Markdown shows paper, ours and the difference per cell.
+
+    A comparative table stores the estimates behind its cells (``estimates``: ``"row / column"`` →
+    :class:`~llmtraffic.study.stats.Estimate`, default ``df.attrs["estimates"]``, which the table
+    builders fill) with their per-run values in the sidecar, and its caption must state the
+    interval and n with its unit (:func:`~llmtraffic.study.stats.check_caption`). A table without
+    a comparison (parameters, reference values, a one-seed sweep) says ``descriptive=True``.
     """
     ctx = current()
+    found = dict(df.attrs.get("estimates", {}) if estimates is None else estimates)
+    if descriptive:
+        if stats.DESCRIPTIVE not in caption:
+            caption = f"{caption} ({stats.DESCRIPTIVE})" if caption else stats.DESCRIPTIVE.capitalize()
+    else:
+        if not found:
+            raise ValueError(f"table {name!r}: a comparative table stores its estimates (estimates=..., or "
+                             "df.attrs['estimates']); a table without a comparison says descriptive=True")
+        stats.check_caption(caption, found.values())
     meta = provenance.record(ctx.out_dir)
     table = compare(df, paper) if paper is not None else df
     md = (f"**{caption}**\n\n" if caption else "") + to_markdown(df, paper) + f"\n_{_label(ctx, meta)}_\n"
     files = {f"{name}.csv": table.to_csv().encode(), f"{name}.md": md.encode()}
-    _save_unit(ctx, "table", name, caption, files, {**meta, "has_paper_values": paper is not None})
+    record = {"format": STATS_FORMAT, "descriptive": descriptive, "estimates": {k: e.as_dict() for k, e in found.items()}}
+    _save_unit(ctx, "table", name, caption, files, {**meta, "has_paper_values": paper is not None, "stats": record})
     return ctx.out_dir / f"{name}.csv"
+
+
+STATS_FORMAT = 2
+"""Version of a table sidecar's ``stats`` record (per-run values of every estimate, issue 35)."""
+
+
+def cell(row: object, column: object) -> str:
+    """The key of a table cell in ``estimates``: ``"row / column"``."""
+    return f"{_flat(row)} / {_flat(column)}"

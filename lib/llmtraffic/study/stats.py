@@ -1,44 +1,123 @@
-"""The study's one statistics helper: means with 95 % confidence intervals, paired differences, verdicts.
+"""The study's one statistics helper: means with 95 % confidence intervals over independent runs,
+paired differences, minimum detectable effects, verdicts.
 
 Method (used by every table and claim):
 
-- **Interval.** Student's t-interval over the independent units (agent seeds × eval seeds, or
-  training seeds for fine-tuning): ``mean ± t_{n−1, 0.975} · s / √n`` with the sample standard
-  deviation ``s`` (ddof = 1). With n = 1 there is no interval: the bounds are NaN and the verdict
-  is "no detectable difference". The t-interval is exact for normal data and close for the
-  skewed-but-bounded travel times and queues of this study at n ≥ 10; it is deterministic, so no
-  bootstrap seed has to be recorded.
-- **Paired difference.** Two methods evaluated on the same units (same eval seeds, same agent
-  seeds): the t-interval of the per-unit differences ``a_i − b_i``. ``relative=True`` expresses it
-  in percent of ``mean(b)`` (the interval is scaled by the same constant, so the verdict is the same).
-- **Verdict.** ``better`` / ``worse`` when the interval excludes 0 (in the direction of
-  ``lower_is_better``), else ``no detectable difference``.
+- **The unit is the independent run.** A trained method's run is one trained agent (one training
+  seed): its evaluation episodes are averaged into one value first (:func:`per_run`), then the
+  interval is taken over agents. The episodes of one agent are not replicates of training, and
+  pooling them would narrow the interval by up to √(episodes per agent) (Agarwal et al., *Deep
+  Reinforcement Learning at the Edge of the Statistical Precipice*, 2021; Henderson et al., *Deep
+  RL that Matters*, 2018). A method without training (no holding, feedback control, FixedTime,
+  MaxPressure, SOTL) varies only with the evaluation seed, which is then its unit. A designer or
+  loop comparison takes the design run as its unit (the caller names it: ``noun="design run"``).
+- **Interval.** Student's t-interval over the n runs: ``mean ± t_{n−1, 0.975} · s / √n`` with the
+  sample standard deviation ``s`` (ddof = 1). With n = 1 there is no interval (bounds NaN) and the
+  verdict is "inconclusive (n = 1)".
+- **Paired difference** (:func:`compare`). Two trained methods that share training seeds pair by
+  training seed (per-run means over the same evaluation episodes); two fixed methods pair by
+  evaluation seed; a trained method against a fixed one takes the trained method's runs as units
+  (each agent's mean minus the fixed method's mean over the same evaluation seeds). Trained
+  methods without shared seeds are compared unpaired (Welch's interval). ``relative=True``
+  expresses the difference in percent of the reference's mean (the interval scales with it).
+- **Minimum detectable effect** (:func:`mde`): the smallest true mean difference a two-sided
+  paired t-test over the same n runs detects with power 0.8 at α = 0.05, from the observed SD of
+  the per-run differences, computed exactly with the noncentral t distribution (Welch's unpaired
+  case: the normal approximation). An "inconclusive" thus says how large a difference could have
+  been seen.
+- **n names its unit** (:func:`count`): "3 agents (× 10 episodes each)", never a bare product.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
+from scipy import optimize as _optimize
 from scipy import stats as _scipy_stats
 
 LEVEL = 0.95
-METHOD = "95 % t-interval (ddof = 1)"
+ALPHA = 1 - LEVEL
+POWER = 0.8
+METHOD = "95 % t-interval over independent runs (n − 1 df)"
+MDE_METHOD = f"paired t-test, α = {ALPHA:.2f}, power {POWER}, noncentral t"
 
 BETTER, WORSE, NO_DIFFERENCE = "better", "worse", "no detectable difference"
+INCONCLUSIVE_N1 = "inconclusive (n = 1)"
+DESCRIPTIVE = "descriptive: no comparison"
+
+NOUNS = ("agent", "eval seed", "design run", "system", "training seed")
+"""What an independent run can be; a comparative caption names one of them with its count."""
+
+
+# ---------------------------------------------------------------- what n counts
+
+
+def count(n: int, noun: str, episodes: int | Sequence[int] = 1, inner: str = "episode") -> str:
+    """n with its unit: ``"3 agents (× 10 episodes each)"``, ``"10 eval seeds"``, ``"1 agent (× 3 episodes)"``.
+
+    ``episodes``: what each run averages (one count, or one per run when they differ).
+    """
+    if noun not in NOUNS:
+        raise ValueError(f"unknown unit {noun!r}; one of {NOUNS}")
+    sizes = sorted({int(e) for e in np.atleast_1d(episodes)})
+    text = f"{n} {noun}{'s' * (n != 1)}"
+    if sizes == [1]:
+        return text
+    many = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
+    plural = "s" * (sizes[-1] != 1)
+    return text + f" (× {many} {inner}{plural}{' each' * (n > 1)})"
+
+
+_COUNT = re.compile(r"\b\d+ (?:" + "|".join(NOUNS) + r")s?\b")
+_BARE = re.compile(r"n = \d+ [^;()]*×")
+
+
+def check_caption(caption: str, estimates: Iterable[Estimate] = ()) -> None:
+    """Refuse a comparative table's caption that does not state the interval method and n with
+    its unit (``"3 agents (× 10 episodes each)"``, see :func:`count`), that gives n as a bare
+    product (``"n = 30 agent seeds × eval seeds"``), or that omits the unit of a stored estimate."""
+    problems = []
+    if "interval" not in caption:
+        problems.append("it names no interval method (e.g. stats.caption(...))")
+    if not _COUNT.search(caption):
+        problems.append(f"it gives no n with its unit (one of {', '.join(NOUNS)}; stats.count(3, 'agent', 10))")
+    if _BARE.search(caption):
+        problems.append("it gives n as a bare product of seeds: count the independent runs (stats.count)")
+    missing = sorted({e.of for e in estimates if e.of and e.of not in caption})
+    if missing:
+        problems.append(f"it omits the unit(s) of its estimates: {missing}")
+    if problems:
+        raise ValueError(f"caption {caption!r} refused: " + "; ".join(problems)
+                         + f" (a table without a comparison says descriptive=True: {DESCRIPTIVE!r})")
+
+
+# ---------------------------------------------------------------- estimates
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A mean with its 95 % confidence interval over ``n`` independent units."""
+    """A mean with its 95 % confidence interval over ``n`` independent runs.
+
+    ``runs`` keeps the per-run values it was computed from (for a difference: the per-run
+    differences, in the estimate's unit), so a sidecar can store them and a reader recompute the
+    interval; ``of`` is what n counts (:func:`count`); ``mde`` the minimum detectable effect of a
+    difference (:func:`mde`), in the estimate's unit.
+    """
 
     mean: float
     low: float
     high: float
     n: int
-    unit: str = ""  # e.g. "%" for a relative difference
+    unit: str = ""  # of the measure, e.g. "%" for a relative difference
+    of: str = ""  # what n counts, e.g. "3 agents (× 10 episodes each)"
+    runs: tuple[float, ...] = ()
+    mde: float | None = None
+    method: str = METHOD
 
     @property
     def half_width(self) -> float:
@@ -48,16 +127,17 @@ class Estimate:
         return not (math.isnan(self.low) or math.isnan(self.high)) and (self.low > 0 or self.high < 0)
 
     def format(self, digits: int = 1) -> str:
-        """``12.3 ± 0.4`` (the ± is the CI half-width), ``12.3 (n = 1, no CI)``, or ``12.3 (n = 3,
-        all equal)`` when every unit gave the same value (a deterministic simulator run on several
-        seeds, or a measure that is 0 by construction): a "± 0.0" would read as a precise estimate."""
+        """``12.3 ± 0.4`` (the ± is the CI half-width), ``12.3 (n = 1 agent, no CI)``, or ``12.3
+        (n = 3, all equal)`` when every run gave the same value (a deterministic simulator run on
+        several seeds, or a measure that is 0 by construction): a "± 0.0" would read as precise."""
         unit = f" {self.unit}" if self.unit else ""
+        n = self.of.split(" (")[0] if self.of else str(self.n)
         if math.isnan(self.mean):
             return "n/a"
         if math.isnan(self.low):
-            return f"{self.mean:.{digits}f}{unit} (n = {self.n}, no CI)"
+            return f"{self.mean:.{digits}f}{unit} (n = {n}, no CI)"
         if self.low == self.high:
-            return f"{self.mean:.{digits}f}{unit} (n = {self.n}, all equal)"
+            return f"{self.mean:.{digits}f}{unit} (n = {n}, all equal)"
         return f"{self.mean:.{digits}f} ± {self.half_width:.{digits}f}{unit}"
 
     def format_interval(self, digits: int = 1) -> str:
@@ -71,7 +151,8 @@ class Estimate:
         return self.format()
 
     def as_dict(self) -> dict:
-        return {"mean": self.mean, "low": self.low, "high": self.high, "n": self.n, "unit": self.unit}
+        return {"mean": self.mean, "low": self.low, "high": self.high, "n": self.n, "unit": self.unit,
+                "of": self.of, "runs": list(self.runs), "mde": self.mde, "method": self.method}
 
 
 def _values(values: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -83,18 +164,46 @@ def _values(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return arr
 
 
-def mean_ci(values: Sequence[float] | np.ndarray, unit: str = "") -> Estimate:
-    """Mean and 95 % t-interval of independent values (n = 1: no interval, bounds NaN)."""
+def mean_ci(values: Sequence[float] | np.ndarray, unit: str = "", of: str = "") -> Estimate:
+    """Mean and 95 % t-interval of independent per-run values (n = 1: no interval, bounds NaN)."""
     arr = _values(values)
     n, mean = arr.size, float(arr.mean())
     if n == 1:
-        return Estimate(mean, math.nan, math.nan, 1, unit)
+        return Estimate(mean, math.nan, math.nan, 1, unit, of, tuple(arr.tolist()))
     half = float(_scipy_stats.t.ppf(0.5 + LEVEL / 2, n - 1) * arr.std(ddof=1) / math.sqrt(n))
-    return Estimate(mean, mean - half, mean + half, n, unit)
+    return Estimate(mean, mean - half, mean + half, n, unit, of, tuple(arr.tolist()))
 
 
-def paired_difference(a: Sequence[float], b: Sequence[float], relative: bool = False) -> Estimate:
-    """Mean of ``a_i − b_i`` over paired units with its 95 % t-interval.
+def mde(sd: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """Minimum detectable effect of a two-sided one-sample (paired) t-test over ``n`` runs with
+    per-run SD ``sd``: the δ at which P(|T| > t_{n−1, 1−α/2}) = ``power`` for T ~ noncentral t
+    (n − 1 df, noncentrality δ√n / sd). NaN for n < 2."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    if sd == 0:
+        return 0.0
+    df, crit = n - 1, float(_scipy_stats.t.ppf(1 - alpha / 2, n - 1))
+
+    def shortfall(nc: float) -> float:
+        nct = _scipy_stats.nct
+        lower = float(nct.cdf(-crit, df, nc))  # the wrong-sign rejections; scipy returns NaN where it underflows
+        return float(nct.sf(crit, df, nc)) + (0.0 if math.isnan(lower) else lower) - power
+
+    high = crit + 1.0
+    while shortfall(high) < 0:  # power grows with the noncentrality: widen until it reaches ``power``
+        high *= 2
+    nc = _optimize.brentq(shortfall, 0.0, high)
+    return float(nc * sd / math.sqrt(n))
+
+
+def _difference(diff: np.ndarray, unit: str, of: str) -> Estimate:
+    est = mean_ci(diff, unit, of)
+    spread = float(diff.std(ddof=1)) if diff.size > 1 else math.nan
+    return Estimate(est.mean, est.low, est.high, est.n, unit, of, est.runs, mde(spread, diff.size))
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], relative: bool = False, of: str = "") -> Estimate:
+    """Mean of ``a_i − b_i`` over paired runs with its 95 % t-interval and minimum detectable effect.
 
     ``relative=True``: in percent of ``mean(b)``. Raises when the two are not the same length
     (unpaired data must not be compared this way).
@@ -104,21 +213,148 @@ def paired_difference(a: Sequence[float], b: Sequence[float], relative: bool = F
         raise ValueError(f"paired difference needs equally many units: {a_arr.size} vs {b_arr.size}")
     diff = a_arr - b_arr
     if not relative:
-        return mean_ci(diff)
+        return _difference(diff, "", of)
     base = float(b_arr.mean())
     if base == 0:
         raise ValueError("a relative difference needs a non-zero reference mean")
-    return mean_ci(100.0 * diff / abs(base), unit="%")
+    return _difference(100.0 * diff / abs(base), "%", of)
+
+
+def unpaired_difference(a: Sequence[float], b: Sequence[float], relative: bool = False, of: str = "") -> Estimate:
+    """``mean(a) − mean(b)`` of two sets of independent runs (no shared seeds) with Welch's
+    95 % interval; its MDE by the normal approximation, (z_{1−α/2} + z_{power}) · SE. The stored
+    ``runs`` are a's then b's values, the interval is not recomputable from them by :func:`mean_ci`."""
+    a_arr, b_arr = _values(a), _values(b)
+    if a_arr.size < 2 or b_arr.size < 2:
+        return Estimate(float(a_arr.mean() - b_arr.mean()), math.nan, math.nan, min(a_arr.size, b_arr.size),
+                        "%" if relative else "", of, (), None, "Welch")
+    va, vb = a_arr.var(ddof=1) / a_arr.size, b_arr.var(ddof=1) / b_arr.size
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (a_arr.size - 1) + vb**2 / (b_arr.size - 1)) if se else 1.0
+    scale = 100.0 / abs(float(b_arr.mean())) if relative else 1.0
+    mean = float(a_arr.mean() - b_arr.mean()) * scale
+    half = float(_scipy_stats.t.ppf(0.5 + LEVEL / 2, df)) * se * scale
+    effect = (_scipy_stats.norm.ppf(1 - ALPHA / 2) + _scipy_stats.norm.ppf(POWER)) * se * scale
+    return Estimate(mean, mean - half, mean + half, min(a_arr.size, b_arr.size), "%" if relative else "", of,
+                    (), float(effect), "95 % Welch t-interval over independent runs")
+
+
+# ---------------------------------------------------------------- per-run aggregation of long results
+
+
+def trained(frame: pd.DataFrame, run: str = "agent_seed") -> bool:
+    """Whether ``frame``'s rows come from trained runs (a non-missing ``run`` column)."""
+    return run in frame and frame[run].notna().any()
+
+
+def per_run(frame: pd.DataFrame, measure: str, run: str = "agent_seed", episode: str = "seed") -> pd.Series:
+    """``measure`` per independent run: the mean over each trained run's episodes (index: the run
+    key), or per evaluation episode for a method without training (index: the episode key)."""
+    if trained(frame, run):
+        if frame[run].isna().any():
+            raise ValueError(f"per_run: some rows have no {run} and some do; one method's rows are all trained or none")
+        return frame.groupby(run, sort=True)[measure].mean()
+    if frame[episode].duplicated().any():
+        raise ValueError(f"per_run: a method without {run} has several rows per {episode}")
+    return frame.set_index(episode)[measure].sort_index()
+
+
+def unit_of(frame: pd.DataFrame, run: str = "agent_seed", episode: str = "seed", noun: str = "agent",
+            inner: str = "episode") -> str:
+    """What n counts for ``frame`` (:func:`count`): trained runs with their episodes each, else eval seeds."""
+    if trained(frame, run):
+        sizes = frame.groupby(run)[episode].size().to_numpy()
+        return count(len(sizes), noun, sizes, inner)
+    return count(frame[episode].nunique(), "eval seed")
+
+
+def estimate(frame: pd.DataFrame, measure: str, run: str = "agent_seed", episode: str = "seed",
+             noun: str = "agent", unit: str = "") -> Estimate:
+    """Mean and 95 % t-interval of ``measure`` over ``frame``'s independent runs (:func:`per_run`)."""
+    return mean_ci(per_run(frame, measure, run, episode).to_numpy(), unit, unit_of(frame, run, episode, noun))
+
+
+def compare(a: pd.DataFrame, b: pd.DataFrame, measure: str, relative: bool = False, run: str = "agent_seed",
+            episode: str = "seed", noun: str = "agent") -> Estimate:
+    """Difference ``a − b`` of ``measure`` over independent runs, paired as the module docstring
+    says: by training seed (both trained, shared seeds), by evaluation seed (neither trained), or
+    on the trained side's runs (one trained); Welch's interval for trained runs without shared
+    seeds. Long frames: one row per (run, episode)."""
+    ta, tb = trained(a, run), trained(b, run)
+    if ta and tb:
+        seeds_a, seeds_b = set(a[run]), set(b[run])
+        if seeds_a.isdisjoint(seeds_b):
+            of = f"{unit_of(a, run, episode, noun)} vs {unit_of(b, run, episode, noun)}, unpaired"
+            return unpaired_difference(per_run(a, measure, run), per_run(b, measure, run), relative, of)
+        if seeds_a != seeds_b:
+            raise ValueError(f"compare: {measure}: the runs share only some training seeds ({sorted(seeds_a)} vs "
+                             f"{sorted(seeds_b)}); pair on the shared ones or none")
+        joined = _joined(a, b, measure, [run, episode])
+        diff = (joined[f"{measure}_a"] - joined[f"{measure}_b"]).groupby(joined[run]).mean()
+        return _relative(diff.to_numpy(), per_run(b, measure, run).mean(), relative, unit_of(a, run, episode, noun))
+    if not ta and not tb:
+        joined = _joined(a, b, measure, [episode])
+        return paired_difference(joined[f"{measure}_a"], joined[f"{measure}_b"], relative, unit_of(a, run, episode))
+    learned, fixed = (a, b) if ta else (b, a)
+    episodes = set(learned[episode])
+    if not episodes <= set(fixed[episode]):
+        raise ValueError(f"compare: {measure}: the fixed method lacks eval seed(s) {sorted(episodes - set(fixed[episode]))}")
+    level = float(fixed[fixed[episode].isin(episodes)].groupby(episode)[measure].mean().mean())
+    mine = per_run(learned, measure, run).to_numpy()
+    diff = mine - level if ta else level - mine
+    reference = level if ta else float(mine.mean())
+    return _relative(diff, reference, relative, unit_of(learned, run, episode, noun))
+
+
+def _joined(a: pd.DataFrame, b: pd.DataFrame, measure: str, keys: list[str]) -> pd.DataFrame:
+    for name, frame in (("first", a), ("second", b)):
+        if frame.duplicated(keys).any():
+            raise ValueError(f"compare: the {name} method has several rows per {', '.join(keys)}")
+    joined = a[keys + [measure]].merge(b[keys + [measure]], on=keys, how="outer", suffixes=("_a", "_b"), indicator=True)
+    lost = joined[joined["_merge"] != "both"]
+    if len(lost):
+        raise ValueError(f"compare: {measure}: the two methods were not run on the same {', '.join(keys)}; "
+                         f"unpaired: {lost[keys].head(5).to_dict('records')}")
+    return joined
+
+
+def _relative(diff: np.ndarray, reference: float, relative: bool, of: str) -> Estimate:
+    if not relative:
+        return _difference(_values(diff), "", of)
+    if reference == 0:
+        raise ValueError("a relative difference needs a non-zero reference mean")
+    return _difference(_values(100.0 * np.asarray(diff, float) / abs(reference)), "%", of)
+
+
+# ---------------------------------------------------------------- verdicts and captions
 
 
 def verdict(difference: Estimate, lower_is_better: bool = True) -> str:
-    """``better`` / ``worse`` when the interval of (method − reference) excludes 0, else no difference."""
+    """``better`` / ``worse`` when the interval of (method − reference) excludes 0, "inconclusive
+    (n = 1)" with a single run, else no detectable difference."""
+    if difference.n == 1:
+        return INCONCLUSIVE_N1
     if not difference.excludes_zero():
         return NO_DIFFERENCE
     improves = difference.mean < 0 if lower_is_better else difference.mean > 0
     return BETTER if improves else WORSE
 
 
-def caption(n: int, units: str) -> str:
-    """The sentence every table caption carries, e.g. ``mean ± 95 % CI half-width (t, n = 30 agent seeds × eval seeds)``."""
-    return f"mean ± 95 % CI half-width (t-interval, n = {n} {units})"
+def caption(*counts: str | int, paired: bool = False) -> str:
+    """The sentence every comparative caption carries, e.g. ``mean ± 95 % CI half-width (t-interval
+    over independent runs, n − 1 df; n = 3 agents (× 10 episodes each))``. ``counts``: the
+    :func:`count` of each kind of row. ``caption(30, "agent seeds × eval seeds")`` (the old form)
+    gives a caption the table writer refuses: count the runs with :func:`count`."""
+    if len(counts) == 2 and isinstance(counts[0], int):
+        counts = (f"n = {counts[0]} {counts[1]}",)
+    text = "; ".join(str(c) if str(c).startswith("n = ") else f"n = {c}" for c in counts)
+    extra = "; Δ: the same interval over the per-run paired differences" if paired else ""
+    return f"mean ± 95 % CI half-width (t-interval over independent runs, n − 1 df; {text}{extra})"
+
+
+def minimum_effect(estimate: Estimate) -> str:
+    """``"MDE 2.3 %"``: what a difference estimate could have detected (:func:`mde`), or ``""``."""
+    if estimate.mde is None or math.isnan(estimate.mde):
+        return ""
+    unit = f" {estimate.unit}" if estimate.unit else ""
+    return f"MDE {estimate.mde:.3g}{unit}"
