@@ -1,4 +1,4 @@
-"""Bus tables: CIs over agent seeds × eval seeds, pairing against fixed and learned references."""
+"""Bus tables: CIs over independent runs (agents, each averaged over its eval seeds), pairing against fixed and learned references."""
 
 import math
 
@@ -8,6 +8,8 @@ import pytest
 from scipy import stats as sps
 
 from llmtraffic.bus import tables
+from llmtraffic.study import stats
+from llmtraffic.study import tables as study_tables
 from llmtraffic.bus.tables import NEVER_HOLDS, best_of, ci_table, comparisons, paired
 
 
@@ -18,42 +20,57 @@ def frame() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "agent_seed", "seed", "headway_sd_s", "hold_time_s"])
 
 
-def test_a_learned_row_pairs_each_agent_seed_with_the_fixed_reference_on_the_same_eval_seed():
+def test_a_learned_row_pairs_each_agent_with_the_fixed_reference_over_the_same_eval_seeds():
+    # agent means 130 (agent 0) and 135 (agent 1); no holding's mean over eval seeds 0, 1 is 150
     diff = paired(frame(), "RL", "no holding", "headway_sd_s")
-    d = np.array([-10.0, -30.0, -20.0, -10.0])
-    half = sps.t.ppf(0.975, 3) * d.std(ddof=1) / 2
-    assert (diff.mean, diff.n) == (-17.5, 4)
+    d = np.array([-20.0, -15.0])
+    half = sps.t.ppf(0.975, 1) * d.std(ddof=1) / math.sqrt(2)
+    assert (diff.mean, diff.n, diff.runs) == (-17.5, 2, (-20.0, -15.0))
+    assert diff.of == "2 agents (× 2 episodes each)"
     assert (diff.low, diff.high) == pytest.approx((-17.5 - half, -17.5 + half))
-    assert diff.excludes_zero()
+    assert not diff.excludes_zero()  # 4 pooled episodes would have excluded 0: (-10, -30, -20, -10)
+    assert stats.mean_ci([-10.0, -30.0, -20.0, -10.0]).excludes_zero()
 
 
-def test_two_learned_rows_pair_on_agent_seed_and_eval_seed():
-    diff = paired(frame(), "RL", "RL2", "headway_sd_s")  # -5, -5, -10, 0
-    assert diff.mean == -5.0 and diff.n == 4
-    # a fixed method against a learned reference: repeated for every agent seed, sign kept
+def test_two_learned_rows_pair_on_agent_seed():
+    diff = paired(frame(), "RL", "RL2", "headway_sd_s")  # agent means 130 − 135, 135 − 140
+    assert diff.mean == -5.0 and diff.n == 2 and diff.runs == (-5.0, -5.0)
+    # a fixed method against a learned reference: the learned side's agents, sign kept
     assert paired(frame(), "no holding", "RL", "headway_sd_s").mean == 17.5
     with pytest.raises(ValueError, match="no rows for method 'RL3'"):
         paired(frame(), "RL3", "RL", "headway_sd_s")
 
 
-def test_ci_table_states_n_and_says_when_agents_never_hold():
+def test_ci_table_states_n_with_its_unit_and_says_when_agents_never_hold():
     table = ci_table(frame(), ["no holding", "RL", "RL2", "LLM"], {"headway_sd_s": "Headway SD (s)"},
                      missing={"LLM": "needs an LLM backend"})
-    assert table.loc["RL", "n"] == "4" and table.loc["no holding", "n"] == "2"
+    assert table.loc["RL", "n"] == "2 agents (× 2 episodes each)" and table.loc["no holding", "n"] == "2 eval seeds"
     assert table.loc["RL2", "holding"] == NEVER_HOLDS
     assert table.loc["RL", "holding"] == "holds 15.0 s per hold"
     assert table.loc["LLM", "Headway SD (s)"] == "needs an LLM backend"
-    half = sps.t.ppf(0.975, 3) * np.std([90, 170, 80, 190], ddof=1) / 2
+    half = sps.t.ppf(0.975, 1) * np.std([130, 135], ddof=1) / math.sqrt(2)
     assert table.loc["RL", "Headway SD (s)"] == f"132.5 ± {half:.1f}"
+    assert table.attrs["estimates"]["RL / Headway SD (s)"].runs == (130.0, 135.0)
+    caption = study_tables.caption_of(table)
+    stats.check_caption(caption, table.attrs["estimates"].values())
+    assert "2 agents (× 2 episodes each)" in caption and "2 eval seeds" in caption
 
 
 def test_comparisons_give_a_verdict_per_method_reference_and_measure():
     table = comparisons(frame(), ["RL", "RL2"], ["no holding", "RL2"], {"headway_sd_s": "Headway SD (s)"})
-    assert table.loc[("RL", "no holding", "Headway SD (s)"), "verdict"] == "better"
+    assert table.loc[("RL", "no holding", "Headway SD (s)"), "verdict"] == "no detectable difference"
     assert ("RL2", "RL2", "Headway SD (s)") not in table.index
-    assert table.loc[("RL", "RL2", "Headway SD (s)"), "n"] == 4
+    assert table.loc[("RL", "RL2", "Headway SD (s)"), "n"] == "2 agents (× 2 episodes each)"
+    assert table.loc[("RL", "no holding", "Headway SD (s)"), "MDE"].startswith("MDE ")
     assert best_of(frame(), ["RL", "RL2"], "headway_sd_s") == "RL"
     assert not math.isnan(float(table.loc[("RL", "no holding", "Headway SD (s)"), "change (%)"].split()[0]))
+
+
+def test_reductions_are_paired_over_the_trained_runs():
+    rows = frame().assign(line="overall")
+    table = tables.reductions(rows, "RL", ["no holding"], "headway_sd_s")
+    assert table.loc["vs no holding", "reduction (s)"].startswith("17.5 ± ")
+    assert table.attrs["estimates"]["vs no holding / change (%)"].runs == pytest.approx((-20 / 1.5, -15 / 1.5))
 
 
 def test_room_for_holding_is_the_implied_minus_the_regular_wait_per_group():

@@ -18,25 +18,25 @@ def _runs(queues, seeds=(100, 101), jam=(), invalid=0.0):
                       "deadlock": i in jam, "invalid_rate": invalid} for i, (s, q) in enumerate(zip(seeds, queues))]}
 
 
-def test_paired_difference_matches_agent_and_eval_seeds_by_hand():
-    plain = pool([_runs([10, 12]), _runs([14, 16])], agent_seeds=[0, 1])
-    shaped = pool([_runs([13, 9]), _runs([10, 12])][::-1], agent_seeds=[1, 0])  # listed in another order
+def test_paired_difference_pairs_agents_by_seed_after_averaging_their_episodes():
+    plain = pool([_runs([10, 12]), _runs([14, 16])], agent_seeds=[0, 1])  # agent means 11, 15
+    shaped = pool([_runs([13, 9]), _runs([10, 12])][::-1], agent_seeds=[1, 0])  # listed in another order: 11, 11
     d = paired(shaped, plain, "queue")
-    diffs = [10 - 10, 12 - 12, 13 - 14, 9 - 16]  # (0,100), (0,101), (1,100), (1,101)
-    mean, sd = sum(diffs) / 4, math.sqrt(sum((x - sum(diffs) / 4) ** 2 for x in diffs) / 3)
-    assert d.mean == pytest.approx(100 * mean / 13)
-    assert d.half_width == pytest.approx(100 * stats.t.ppf(0.975, 3) * sd / 2 / 13)
-    before = _runs([20, 30])  # untrained: matched on the eval seed alone
-    assert paired(plain, before, "queue", relative=False).mean == pytest.approx((-10 - 18 - 6 - 14) / 4)
-    assert paired(before, plain, "queue", relative=False).mean == pytest.approx((10 + 18 + 6 + 14) / 4)  # 4 units
-    assert paired(before, plain, "queue").n == 4
+    diffs = [11 - 11, 11 - 15]  # agent 0, agent 1
+    assert d.runs == pytest.approx(tuple(100 * x / 13 for x in diffs))  # in % of plain's mean, 13
+    assert d.n == 2 and d.of == "2 agents (× 2 episodes each)"
+    assert d.half_width == pytest.approx(100 * stats.t.ppf(0.975, 1) * math.sqrt(8) / math.sqrt(2) / 13)
+    before = _runs([20, 30])  # untrained: its mean over the same eval seeds (25) against each agent
+    assert paired(plain, before, "queue", relative=False).runs == pytest.approx((-14.0, -10.0))
+    assert paired(before, plain, "queue", relative=False).mean == pytest.approx(12.0)
+    assert paired(before, plain, "queue").n == 2
 
 
 def test_table_cells_never_show_jammed_improvements_and_all_invalid_is_na():
-    plain = pool([_runs([10, 12]), _runs([14, 16])], agent_seeds=[0, 1])
-    shaped = pool([_runs([9, 10]), _runs([12, 13])], agent_seeds=[0, 1])  # diffs -1, -2, -2, -3
-    half = 100 * stats.t.ppf(0.975, 3) * math.sqrt(2 / 3) / 2 / 13
-    assert difference_cell(shaped, plain) == f"−15.4 ± {half:.1f} % (better)".replace("−", "-")
+    plain = pool([_runs([10, 12]), _runs([14, 16])], agent_seeds=[0, 1])  # agent means 11, 15
+    shaped = pool([_runs([9, 10]), _runs([12, 13])], agent_seeds=[0, 1])  # agent means 9.5, 12.5: diffs -1.5, -2.5
+    half = 100 * stats.t.ppf(0.975, 1) * math.sqrt(0.5) / math.sqrt(2) / 13
+    assert difference_cell(shaped, plain) == f"−15.4 ± {half:.1f} % (no detectable difference)".replace("−", "-")
     stuck = pool([_runs([9, 10], jam=(1,)), _runs([12, 13])], agent_seeds=[0, 1])
     assert difference_cell(stuck, plain) == "not compared: 1 jammed run(s)"
     assert comparison(stuck, plain) is None
@@ -44,10 +44,12 @@ def test_table_cells_never_show_jammed_improvements_and_all_invalid_is_na():
     table = ci_table({"R_env": plain, "shaped": shaped, "broken": broken, "8B": {"unavailable": "needs a GPU"}},
                      reference="R_env", shared={"shaped": "Fig. 9, H_R = 0"})
     assert table.loc["broken", "Queue"] == "n/a (100 % invalid answers)"
-    assert table.loc["shaped", "Queue"] == f"11.00 ± {stats.t.ppf(0.975, 3) * math.sqrt(10 / 3) / 2:.2f}"  # deviations -2, -1, 1, 2
-    assert table.loc["shaped", "Jammed"] == "0/4" and table.loc["shaped", "n"] == "4"
+    assert table.loc["shaped", "Queue"] == f"11.00 ± {stats.t.ppf(0.975, 1) * math.sqrt(4.5) / math.sqrt(2):.2f}"
+    assert table.loc["shaped", "Jammed"] == "0/4" and table.loc["shaped", "n"] == "2 agents (× 2 episodes each)"
     assert table.loc["R_env", "Δ queue vs R_env"] == "—" and table.loc["8B", "Queue"] == "needs a GPU"
     assert table.loc["shaped", "Same run as"] == "Fig. 9, H_R = 0"
+    assert table.attrs["estimates"]["shaped / Δ queue vs R_env"].runs == pytest.approx((-150 / 13, -250 / 13))
+    assert "broken / Queue" not in table.attrs["estimates"]
 
 
 def _learned(per_agent):
@@ -60,17 +62,17 @@ def test_a_deep_rl_row_counts_agent_seeds_not_eval_runs():
     before = _runs([40, 50])
     table = ci_table({"before": before, "IDQN": idqn}, reference="before")
     assert table.loc["IDQN", "Queue"] == f"20.00 ± {stats.t.ppf(0.975, 2) * 10 / math.sqrt(3):.2f}"  # 3 units, sd 10
-    assert table.loc["IDQN", "n"] == "3 agent seeds" and table.loc["before", "n"] == "2"
+    assert table.loc["IDQN", "n"] == "3 agents (× 2 episodes each)" and table.loc["before", "n"] == "2 eval seeds"
     d = paired(idqn, before, "queue", relative=False)  # each agent against before's mean over seeds 100-101 (45)
     assert (d.n, d.mean) == (3, pytest.approx(-25.0))
     assert paired(before, idqn, "queue", relative=False).mean == pytest.approx(25.0)
     presslight = _learned({0: [12, 14], 1: [18, 18], 2: [36, 30]})  # agent means 13, 18, 33
     both = paired(presslight, idqn, "queue", relative=False)
     assert (both.n, both.mean) == (3, pytest.approx((3 - 2 + 3) / 3))
-    assert ci_table({"IDQN": _learned({4: [1, 2]})}).loc["IDQN", "n"] == "1 agent seed"
-    with pytest.raises(ValueError, match="every eval seed"):
+    assert ci_table({"IDQN": _learned({4: [1, 2]})}).loc["IDQN", "n"] == "1 agent (× 2 episodes)"
+    with pytest.raises(ValueError, match="lacks eval seed"):
         paired(idqn, _runs([40], seeds=(100,)), "queue")
-    with pytest.raises(ValueError, match="agent seeds"):
+    with pytest.raises(ValueError, match="share only some training seeds"):
         paired(idqn, _learned({0: [1, 1], 5: [1, 1], 2: [1, 1]}), "queue")
 
 

@@ -1,11 +1,13 @@
 """Table builders of the bus study: means with 95 % CIs, paired differences and verdicts
-(:mod:`llmtraffic.study.stats`) over the independent units of a row.
+(:mod:`llmtraffic.study.stats`) over the independent runs of a row.
 
 Rows are one test episode each: ``method``, ``seed`` (eval seed), ``agent_seed`` (learned
-controllers; NaN for fixed ones) and the measures. The units of a learned controller are its
-agent seeds × eval seeds; those of a fixed controller its eval seeds. A learned row is compared
-with a fixed reference on the same eval seed (the reference repeated for every agent seed), with
-another learned row on the same (agent seed, eval seed).
+controllers; NaN for fixed ones) and the measures. The runs of a learned controller are its
+trained agents, each the mean over its eval seeds; those of a fixed controller its eval seeds.
+A learned row is compared with a fixed reference on its agents (each agent's mean minus the
+reference's mean over the same eval seeds), with another learned row by agent seed
+(:func:`llmtraffic.study.stats.compare`). Every builder leaves its estimates in
+``table.attrs["estimates"]`` for :func:`~llmtraffic.study.save_table`'s sidecar.
 """
 
 from __future__ import annotations
@@ -31,29 +33,30 @@ def _units(rows: pd.DataFrame, method: str) -> pd.DataFrame:
     return mine
 
 
-def _learned(frame: pd.DataFrame) -> bool:
-    return "agent_seed" in frame and frame["agent_seed"].notna().any()
-
-
 def ci_table(rows: pd.DataFrame, methods: list[str], columns: dict[str, str], digits: int = 1,
              missing: dict[str, str] | None = None) -> pd.DataFrame:
-    """One row per method: each measure of ``columns`` (key → label) as ``mean ± CI half-width``,
-    the number of units ``n`` and, for learned controllers, whether its agents hold at all.
-    ``missing`` maps a method without rows to the reason its cells show."""
-    out = {}
+    """One row per method: each measure of ``columns`` (key → label) as ``mean ± CI half-width``
+    over its runs, ``n`` with its unit and, for learned controllers, whether its agents hold at
+    all. ``missing`` maps a method without rows to the reason its cells show."""
+    out, found = {}, {}
     for method in methods:
         if not (rows["method"] == method).any():
             if missing and method in missing:
                 out[method] = {**{label: missing[method] for label in columns.values()}, "n": "", "holding": ""}
             continue
         mine = _units(rows, method)
-        cells = {label: stats.mean_ci(mine[key]).format(digits) for key, label in columns.items()}
-        cells["n"] = str(len(mine))
+        cells = {}
+        for key, label in columns.items():
+            found[f"{method} / {label}"] = est = stats.estimate(mine, key)
+            cells[label] = est.format(digits)
+        cells["n"] = stats.unit_of(mine)
         cells["holding"] = holding_note(mine)
         out[method] = cells
     table = pd.DataFrame.from_dict(out, orient="index")
     table.index.name = "method"
+    table.attrs["estimates"] = found
     return table
+
 
 
 def holding_note(mine: pd.DataFrame) -> str:
@@ -66,30 +69,17 @@ def holding_note(mine: pd.DataFrame) -> str:
 
 def paired(rows: pd.DataFrame, method: str, reference: str, measure: str,
            relative: bool = False) -> stats.Estimate:
-    """Paired difference ``method − reference`` of ``measure`` (see the module docstring for the
-    pairing; a fixed method against a learned reference is repeated for every agent seed too)."""
-    a, b = _units(rows, method), _units(rows, reference)
-    both = _learned(a) and _learned(b)
-    keys = ["agent_seed", "seed"] if both else ["seed"]
-    for name, frame in ((method, a), (reference, b)):
-        if not both and not _learned(frame) and frame["seed"].duplicated().any():
-            raise ValueError(f"{name!r} has several rows per eval seed")
-    left, right = (b, a) if _learned(b) and not _learned(a) else (a, b)  # the learned side sets the units
-    joined = left.merge(right[keys + [measure]], on=keys, suffixes=("", "_other"), how="left")
-    if joined[f"{measure}_other"].isna().any():
-        lost = sorted(joined.loc[joined[f"{measure}_other"].isna(), "seed"].unique().tolist())
-        raise ValueError(f"{method!r} and {reference!r} do not share eval seed(s) {lost}")
-    first, second = joined[measure], joined[f"{measure}_other"]
-    ours, ref = (second, first) if left is b else (first, second)
-    return stats.paired_difference(ours, ref, relative=relative)
+    """Difference ``method − reference`` of ``measure`` over independent runs, paired as the module
+    docstring says (:func:`llmtraffic.study.stats.compare`)."""
+    return stats.compare(_units(rows, method), _units(rows, reference), measure, relative)
 
 
 def comparisons(rows: pd.DataFrame, methods: list[str], references: list[str], columns: dict[str, str],
                 digits: int = 1) -> pd.DataFrame:
     """Paired differences of each method against each reference (not itself) for every measure:
-    ``difference ± CI`` in the measure's unit, in percent of the reference, and the verdict
-    (lower is better for every measure of this study)."""
-    out = []
+    ``difference ± CI`` in the measure's unit, in percent of the reference, the verdict (lower is
+    better for every measure of this study), n with its unit and the minimum detectable effect."""
+    out, found = [], {}
     for method in methods:
         for ref in references:
             if ref == method:
@@ -97,10 +87,16 @@ def comparisons(rows: pd.DataFrame, methods: list[str], references: list[str], c
             for key, label in columns.items():
                 diff = paired(rows, method, ref, key)
                 rel = paired(rows, method, ref, key, relative=True) if _nonzero(rows, ref, key) else None
+                row = (method, ref, label)
+                found[f"{' / '.join(row)} / difference"] = diff
+                if rel:
+                    found[f"{' / '.join(row)} / change (%)"] = rel
                 out.append({"method": method, "vs": ref, "measure": label, "difference": diff.format(digits),
                             "change (%)": rel.format(1) if rel else "n/a", "verdict": stats.verdict(diff),
-                            "n": diff.n})
-    return pd.DataFrame(out).set_index(["method", "vs", "measure"])
+                            "n": diff.of, "MDE": stats.minimum_effect(diff)})
+    table = pd.DataFrame(out).set_index(["method", "vs", "measure"])
+    table.attrs["estimates"] = found
+    return table
 
 
 def _nonzero(rows: pd.DataFrame, method: str, key: str) -> bool:
@@ -128,38 +124,41 @@ def line_table(rows: pd.DataFrame, methods: list[str], missing: dict[str, str] |
     ``missing`` maps a method without rows to the reason shown in its cells."""
     groups = dict(list(rows.groupby(["line", "method"])))
     lines = [x for x in dict.fromkeys(rows["line"]) if x != "overall"] + ["overall"]
-    out = {}
+    out, found = {}, {}
     for line in lines:
         for method in methods:
+            name = f"{line} · {method}"
             if (line, method) in groups:
                 g = groups[(line, method)]
-                out[f"{line} · {method}"] = {**{label: stats.mean_ci(g[k]).format(2) for k, label in columns.items()},
-                                             "n": str(len(g)), "holding": holding_note(g)}
+                cells = {}
+                for k, label in columns.items():
+                    found[f"{name} / {label}"] = est = stats.estimate(g, k)
+                    cells[label] = est.format(2)
+                out[name] = {**cells, "n": stats.unit_of(g), "holding": holding_note(g)}
             elif missing and method in missing:
-                out[f"{line} · {method}"] = {**{label: missing[method] for label in columns.values()}, "n": "", "holding": ""}
+                out[name] = {**{label: missing[method] for label in columns.values()}, "n": "", "holding": ""}
     table = pd.DataFrame.from_dict(out, orient="index")
     table.index.name = "line · method"
+    table.attrs["estimates"] = found
     return table
-
-
-def mean_of(rows: pd.DataFrame, measure: str, line: str = "overall") -> pd.Series:
-    """Mean of ``measure`` per method over its units, for one line (default: overall)."""
-    return rows[rows["line"] == line].groupby("method", sort=False)[measure].mean()
 
 
 def reductions(rows: pd.DataFrame, ours: str, baselines: list[str], measure: str = "travel_time_s",
                line: str = "overall") -> pd.DataFrame:
-    """How much ``ours`` lowers ``measure`` against each baseline: in seconds (baseline − ours,
-    positive = ours better, as §5.4.2 reports) and in percent of the baseline (negative = ours
-    lower, as §5.3.2's −3.14 %), means over the units; the paired tests are :func:`comparisons`."""
-    means = mean_of(rows, measure, line)
-    for name in [ours, *baselines]:
-        if name not in means.index:
-            raise ValueError(f"reductions: no rows for method {name!r}; have {sorted(means.index)}")
-    return pd.DataFrame(
-        {"reduction (s)": [means[b] - means[ours] for b in baselines],
-         "change (%)": [100.0 * (means[ours] - means[b]) / means[b] for b in baselines]},
-        index=pd.Index([f"vs {b}" for b in baselines], name="comparison"))
+    """How much ``ours`` lowers ``measure`` against each baseline, over ``ours``'s runs paired as
+    :func:`paired` does: in seconds (baseline − ours, positive = ours better, as §5.4.2 reports)
+    and in percent of the baseline (negative = ours lower, as §5.3.2's −3.14 %), each as
+    ``mean ± CI half-width``; the verdicts are :func:`comparisons`'."""
+    part = rows[rows["line"] == line]
+    out, found = {}, {}
+    for b in baselines:
+        saved = paired(part, b, ours, measure)
+        change = paired(part, ours, b, measure, relative=True)
+        found[f"vs {b} / reduction (s)"], found[f"vs {b} / change (%)"] = saved, change
+        out[f"vs {b}"] = {"reduction (s)": saved.format(1), "change (%)": change.format(2), "n": change.of}
+    table = pd.DataFrame.from_dict(out, orient="index").rename_axis("comparison")
+    table.attrs["estimates"] = found
+    return table
 
 
 def shared_stop_sd(rows: pd.DataFrame, case: str, case_kwargs: dict) -> pd.DataFrame:

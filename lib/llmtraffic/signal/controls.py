@@ -68,7 +68,7 @@ def learned_evaluation(method: str, scenario: str, agents: dict[int, Any], eval_
     cached and shared with ``tsc_baselines``) or a controller object (played uncached).
 
     Its runs carry their ``agent_seed``, and its units are the agent seeds (``"units": "agent
-    seeds"``, see :func:`.llm_tables.unit_values`): a greedy agent gives one run whatever the eval
+    seeds"``, see :func:`llmtraffic.study.stats.per_run`): a greedy agent gives one run whatever the eval
     seed on CityFlow, so its eval runs are not independent."""
     if not agents:
         raise ValueError(f"learned_evaluation: no trained {method} agents")

@@ -2,8 +2,11 @@
 
 An *evaluation* is the dict of :func:`llmtraffic.signal.llm_jobs.evaluate_run` (pooled over agent
 seeds by :func:`llmtraffic.signal.llm_jobs.pool`, which tags each run with its ``agent_seed``).
-Its independent units are the runs: agent seeds × eval seeds for a fine-tune, eval seeds for a
-policy that was not trained. Every interval comes from :mod:`llmtraffic.study.stats`.
+Its independent runs are its trained agents, each the mean over its eval seeds (a fine-tune, a
+deep-RL row), or its eval seeds for a policy that was not trained. Two trained rows pair by agent
+seed, a trained row against an untrained one on its agents (:func:`llmtraffic.study.stats.compare`).
+Every interval comes from :mod:`llmtraffic.study.stats`; :func:`ci_table` leaves its estimates in
+``table.attrs["estimates"]`` for the sidecar.
 
 Two rules keep the tables honest:
 
@@ -25,8 +28,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ..study import claim
-from ..study.stats import Estimate, mean_ci, paired_difference, verdict
+from ..study import claim, stats
+from ..study.stats import Estimate, verdict
 from .oracle import RewardConfig
 
 METRICS = {"travel_time_s": "Travel Time", "queue": "Queue", "delay": "Delay", "throughput": "Throughput"}
@@ -37,82 +40,27 @@ LOWER_IS_BETTER = {"travel_time_s": True, "queue": True, "delay": True, "through
 DIGITS = {"travel_time_s": 1, "queue": 2, "delay": 3, "throughput": 0}
 
 
-def unit_key(run: dict) -> tuple[int, int]:
-    """(agent seed, eval seed) of a run; an untrained policy's runs have agent seed −1."""
-    return int(run.get("agent_seed", -1)), int(run["seed"])
-
-
-def agent_units(evaluation: dict) -> bool:
-    """Whether the evaluation's independent units are its agent seeds, not its runs (a deep-RL
-    row, :func:`llmtraffic.signal.controls.learned_evaluation`)."""
-    return evaluation.get("units") == "agent seeds"
-
-
-def agent_means(evaluation: dict, key: str) -> dict[int, float]:
-    """``key`` averaged over each agent seed's runs, by agent seed."""
-    groups: dict[int, list[float]] = {}
-    for r in evaluation["runs"]:
-        groups.setdefault(int(r["agent_seed"]), []).append(r[key])
-    return {a: float(np.mean(v)) for a, v in groups.items()}
-
-
-def unit_values(evaluation: dict, key: str) -> list[float]:
-    """``key`` per independent unit: per run, or per agent seed (the mean of its runs) for an
-    evaluation whose units are its agent seeds (:func:`agent_units`)."""
-    if agent_units(evaluation):
-        return list(agent_means(evaluation, key).values())
-    return [r[key] for r in evaluation["runs"]]
+def frame(evaluation: dict, key: str) -> pd.DataFrame:
+    """The evaluation's runs as long rows (``agent_seed``: NaN for an untrained policy, ``seed``, ``key``)."""
+    rows = [{"agent_seed": float(r["agent_seed"]) if r.get("agent_seed", -1) is not None and r.get("agent_seed", -1) >= 0
+             else math.nan, "seed": int(r["seed"]), key: float(r[key])} for r in evaluation["runs"]]
+    return pd.DataFrame(rows, columns=["agent_seed", "seed", key])
 
 
 def estimate(evaluation: dict, key: str) -> Estimate:
-    """Mean and 95 % CI of ``key`` over the evaluation's units (:func:`unit_values`)."""
-    return mean_ci(unit_values(evaluation, key))
+    """Mean and 95 % CI of ``key`` over the evaluation's independent runs (trained agents, or eval seeds)."""
+    return stats.estimate(frame(evaluation, key), key)
+
+
+def units(evaluation: dict) -> str:
+    """What n counts for the evaluation: ``"3 agents (× 3 episodes each)"`` or ``"3 eval seeds"``."""
+    return stats.unit_of(frame(evaluation, "queue"))
 
 
 def paired(evaluation: dict, reference: dict, key: str, relative: bool = True) -> Estimate:
-    """Paired difference ``evaluation − reference`` of ``key`` (in % of the reference with
-    ``relative``): runs matched on (agent seed, eval seed) when both sides have agent seeds; a
-    side without (the backbone before fine-tuning, a heuristic) is matched on the eval seed alone,
-    once per run of the other side. A side whose units are agent seeds (:func:`agent_units`)
-    pairs each agent seed's mean with the other side's mean over the same eval seeds (per agent
-    seed, when the other side's units are agent seeds too)."""
-    if agent_units(evaluation) or agent_units(reference):
-        return _paired_agents(evaluation, reference, key, relative)
-    ev, ref = evaluation["runs"], reference["runs"]
-    if _seeded(ev) == _seeded(ref):
-        units, other, key_of = ev, ref, unit_key
-    else:  # the agent-seeded side's runs are the units; the other side is looked up by eval seed
-        units, other = (ev, ref) if _seeded(ev) else (ref, ev)
-        key_of = lambda r: r["seed"]  # noqa: E731
-    by_key = {key_of(r): r[key] for r in other}
-    pairs = []
-    for run in units:
-        k = key_of(run)
-        if k not in by_key:
-            raise ValueError(f"paired: no run matches {k} (agent seed, eval seed) on the other side")
-        pairs.append((run[key], by_key[k]) if units is ev else (by_key[k], run[key]))
-    return paired_difference([a for a, _ in pairs], [b for _, b in pairs], relative=relative)
-
-
-def _paired_agents(evaluation: dict, reference: dict, key: str, relative: bool) -> Estimate:
-    if agent_units(evaluation) and agent_units(reference):
-        a, b = agent_means(evaluation, key), agent_means(reference, key)
-        if a.keys() != b.keys():
-            raise ValueError(f"paired: agent seeds {sorted(a)} and {sorted(b)} differ")
-        return paired_difference([a[s] for s in a], [b[s] for s in a], relative=relative)
-    learned, other = (evaluation, reference) if agent_units(evaluation) else (reference, evaluation)
-    seeds = {r["seed"] for r in learned["runs"]}
-    matched = [r[key] for r in other["runs"] if r["seed"] in seeds]
-    if not seeds <= {r["seed"] for r in other["runs"]}:
-        raise ValueError(f"paired: the other side has no runs on every eval seed of {sorted(seeds)}")
-    units = unit_values(learned, key)
-    level = [float(np.mean(matched))] * len(units)
-    pairs = (units, level) if learned is evaluation else (level, units)
-    return paired_difference(*pairs, relative=relative)
-
-
-def _seeded(runs: list[dict]) -> bool:
-    return any("agent_seed" in r for r in runs)
+    """Difference ``evaluation − reference`` of ``key`` over independent runs (in % of the
+    reference's mean with ``relative``), paired by :func:`llmtraffic.study.stats.compare`."""
+    return stats.compare(frame(evaluation, key), frame(reference, key), key, relative)
 
 
 def jammed(evaluation: dict) -> int:
@@ -145,8 +93,7 @@ def metric_cells(evaluation: dict) -> dict[str, str]:
         cells = {name: estimate(evaluation, key).format(DIGITS[key]) for key, name in METRICS.items()}
     cells["Invalid answers"] = f"{100 * np.mean([r.get('invalid_rate', 0.0) for r in evaluation['runs']]):.1f} %"
     cells["Jammed"] = f"{jammed(evaluation)}/{len(evaluation['runs'])}"
-    agents = len(unit_values(evaluation, "queue"))
-    cells["n"] = f"{agents} agent seed{'s' * (agents != 1)}" if agent_units(evaluation) else str(len(evaluation["runs"]))
+    cells["n"] = units(evaluation)
     return cells
 
 
@@ -161,7 +108,7 @@ def ci_table(rows: dict[str, dict], reference: str | None = None, key: str = "qu
     ref = rows.get(reference) if reference else None
     ref_ok = ref is not None and "unavailable" not in ref
     column = f"Δ {METRICS[key].lower()} vs {reference}" if reference else None
-    out = {}
+    out, found = {}, {}
     for name, evaluation in rows.items():
         if "unavailable" in evaluation:
             out[name] = {c: evaluation["unavailable"] for c in (*METRICS.values(), "Invalid answers", "Jammed", "n")}
@@ -169,11 +116,19 @@ def ci_table(rows: dict[str, dict], reference: str | None = None, key: str = "qu
                 out[name][column] = evaluation["unavailable"]
         else:
             out[name] = metric_cells(evaluation)
+            if not all_invalid(evaluation):
+                found |= {f"{name} / {title}": estimate(evaluation, k) for k, title in METRICS.items()}
             if column:
                 out[name][column] = "—" if name == reference or not ref_ok else difference_cell(evaluation, ref, key)
+                d = None if name == reference or not ref_ok else comparison(evaluation, ref, key)
+                if d is not None:
+                    found[f"{name} / {column}"] = d
         if shared and name in shared:
             out[name]["Same run as"] = shared[name]
-    return pd.DataFrame.from_dict(out, orient="index").rename_axis("Method").fillna("")
+    table = pd.DataFrame.from_dict(out, orient="index").rename_axis("Method").fillna("")
+    table.attrs["estimates"] = found
+    return table
+
 
 
 def comparison(evaluation: dict, reference: dict, key: str = "queue") -> Estimate | None:

@@ -107,3 +107,19 @@ def _caption(counts: list[str], reference: str | None, relative: bool) -> str:
         text += (f"; Δ: paired difference method − {reference}{scale} over the runs (by training seed, eval seed, "
                  "or the trained side's runs against a fixed method), same interval; better/worse only where it excludes 0")
     return text + "."
+
+
+def caption_of(table: pd.DataFrame, paired: bool = False) -> str:
+    """The interval sentence of a table whose builder left its estimates in ``table.attrs``: the
+    method and every unit its estimates count (:func:`llmtraffic.study.stats.caption`)."""
+    counts = dict.fromkeys(e.of for e in table.attrs.get("estimates", {}).values() if e.of)
+    if not counts:
+        raise ValueError("caption_of: the table carries no estimates in table.attrs['estimates']")
+    return stats.caption(*counts, paired=paired)
+
+
+def concat(frames: Sequence[pd.DataFrame], **kwargs) -> pd.DataFrame:
+    """``pd.concat`` that keeps every frame's estimates (pandas drops ``attrs`` that differ)."""
+    out = pd.concat(list(frames), **kwargs)
+    out.attrs["estimates"] = {k: e for f in frames for k, e in f.attrs.get("estimates", {}).items()}
+    return out

@@ -1,8 +1,11 @@
 """Tables of the reward-design notebooks: means with 95 % CIs, paired differences, loop summaries, cost.
 
-Every interval comes from :mod:`llmtraffic.study.stats` (t-interval over agent seeds × evaluation
-episodes). Rows are keyed by their label (``DesignRun.label`` or a reference name); a row that did
-not run shows its ``unavailable`` reason in every cell.
+Every interval comes from :mod:`llmtraffic.study.stats`: a t-interval over independent runs, each
+the mean over its evaluation episodes. A designer or loop row's run is a design run (one loop,
+with its agent); a reference row's run is a trained agent. Two rows pair by seed. Rows are keyed
+by their label (``DesignRun.label`` or a reference name); a row that did not run shows its
+``unavailable`` reason in every cell. The table builders leave their estimates in
+``table.attrs["estimates"]`` for the sidecar.
 """
 
 from __future__ import annotations
@@ -34,11 +37,23 @@ def by_designer(runs: dict[str, list[DesignRun]]) -> dict[str, list[str]]:
 
 
 def eval_frame(runs: dict[str, list[DesignRun]], references: list[ReferenceRun] = ()) -> pd.DataFrame:
-    """One row per (method label, agent seed, evaluation episode) with the measures."""
-    rows = [{"method": label, "agent_seed": r.seed, **row}
+    """One row per (method label, agent seed, evaluation episode) with the measures and ``noun``,
+    what one run of the row is (a design run, or a reference's trained agent)."""
+    rows = [{"method": label, "agent_seed": r.seed, "noun": "design run", **row}
             for label, g in runs.items() for r in g if not r.unavailable for row in r.eval_rows]
-    rows += [{"agent_seed": ref.seed, **row} for ref in references for row in ref.eval_rows]
+    rows += [{"agent_seed": ref.seed, "noun": "agent", **row} for ref in references for row in ref.eval_rows]
     return pd.DataFrame(rows)
+
+
+def _noun(g: pd.DataFrame) -> str:
+    return str(g["noun"].iloc[0]) if "noun" in g and len(g) else "agent"
+
+
+def _rows(frame: pd.DataFrame, label: str) -> pd.DataFrame:
+    g = frame[frame["method"] == label]
+    if g.empty:
+        raise ValueError(f"no rows for {label!r}; have {sorted(frame['method'].unique())}")
+    return g
 
 
 def reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
@@ -47,21 +62,26 @@ def reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
 
 
 def ci_table(frame: pd.DataFrame, labels: list[str], missing: dict[str, str] | None = None) -> pd.DataFrame:
-    """Mean ± 95 % CI half-width of each §5.1 measure per label (n = agent seeds × eval episodes).
+    """Mean ± 95 % CI half-width of each §5.1 measure per label over its runs (n with its unit).
 
     Column ``same runs as`` names an earlier row whose every episode gave the very same measures
     (:func:`identical_rows`; e.g. a loop whose final reward is the expert reward it started from,
     retrained into the same agents): one result shown twice, not two that agree."""
     same = identical_rows(frame, [label for label in labels if not (missing and label in missing)])
-    out = {}
+    out, found = {}, {}
     for label in labels:
         if missing and label in missing:
             out[label] = {name: missing[label] for name in MEASURES.values()} | {"n": "", "same runs as": ""}
             continue
-        g = frame[frame["method"] == label]
-        out[label] = ({name: stats.mean_ci(g[key]).format(1) for key, name in MEASURES.items()}
-                      | {"n": len(g), "same runs as": same.get(label, "")})
-    return pd.DataFrame.from_dict(out, orient="index").rename_axis("method")
+        g = _rows(frame, label)
+        cells = {}
+        for key, name in MEASURES.items():
+            found[f"{label} / {name}"] = est = stats.estimate(g, key, noun=_noun(g))
+            cells[name] = est.format(1)
+        out[label] = cells | {"n": stats.unit_of(g, noun=_noun(g)), "same runs as": same.get(label, "")}
+    table = pd.DataFrame.from_dict(out, orient="index").rename_axis("method")
+    table.attrs["estimates"] = found
+    return table
 
 
 def identical_rows(frame: pd.DataFrame, labels: list[str]) -> dict[str, str]:
@@ -81,17 +101,16 @@ def identical_rows(frame: pd.DataFrame, labels: list[str]) -> dict[str, str]:
 
 
 def paired(frame: pd.DataFrame, label: str, reference: str, measure: str = "travel_time_s") -> stats.Estimate:
-    """Paired relative difference (%) of ``label`` against ``reference`` on the same (agent seed, episode)."""
-    a = frame[frame["method"] == label].set_index(["agent_seed", "seed"])[measure]
-    b = frame[frame["method"] == reference].set_index(["agent_seed", "seed"])[measure]
-    both = a.index.intersection(b.index)
-    return stats.paired_difference(a[both].to_numpy(), b[both].to_numpy(), relative=True)
+    """Relative difference (%) of ``label`` against ``reference`` over ``label``'s runs, paired by
+    seed (:func:`llmtraffic.study.stats.compare`)."""
+    a = _rows(frame, label)
+    return stats.compare(a, _rows(frame, reference), measure, relative=True, noun=_noun(a))
 
 
 def paired_table(frame: pd.DataFrame, labels: list[str], reference: str, missing: dict[str, str] | None = None,
                  measures: tuple[str, ...] = ("travel_time_s", "wait_time_s", "headway_sd_s")) -> pd.DataFrame:
     """Change (%) of each label against ``reference`` with its 95 % CI and verdict, per measure."""
-    out, missing = {}, missing or {}
+    out, found, missing = {}, {}, missing or {}
     for label in labels:
         if label == reference:
             continue
@@ -101,12 +120,16 @@ def paired_table(frame: pd.DataFrame, labels: list[str], reference: str, missing
             continue
         row = {}
         for m in measures:
-            d = paired(frame, label, reference, m)
-            row[f"{MEASURES[m]} change (%)"] = d.format(2)
+            column = f"{MEASURES[m]} change (%)"
+            found[f"{label} / {column}"] = d = paired(frame, label, reference, m)
+            row[column] = d.format(2)
             if m == "travel_time_s":
                 row["verdict (travel time)"] = stats.verdict(d)
+                row["n"], row["MDE (travel time)"] = d.of, stats.minimum_effect(d)
         out[label] = row
-    return pd.DataFrame.from_dict(out, orient="index").rename_axis(f"vs {reference}")
+    table = pd.DataFrame.from_dict(out, orient="index").rename_axis(f"vs {reference}")
+    table.attrs["estimates"] = found
+    return table
 
 
 def never_hold(frame: pd.DataFrame, labels: list[str]) -> list[str]:
