@@ -1,4 +1,4 @@
-"""Units of Table 1's non-LLM rows: a learned row's units are its agent seeds, not its eval runs."""
+"""Runs of Table 1's non-LLM rows: a learned row's runs are its agent seeds, not its eval episodes."""
 
 import math
 
@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 
 from llmtraffic.signal import baseline_jobs
-from llmtraffic.study.stats import paired_difference
 
 
 def _rows():
@@ -26,28 +25,17 @@ def _rows():
     return pd.DataFrame(rows)
 
 
-def test_per_agent_makes_one_unit_per_agent_seed():
-    units = baseline_jobs.per_agent(_rows())
-    learned = units[units["method"] == "IDQN"].set_index("agent_seed")
-    assert len(learned) == 2 and learned["eval_runs"].tolist() == [3, 3]
-    assert learned["travel_time_s"].tolist() == [80.0, 120.0]
-    assert learned["deadlock"].tolist() == [False, True] and learned.at[1, "deadlock_time_s"] == 900.0
-    assert learned["simulator"].tolist() == ["cityflow", "cityflow"]
-    assert len(units[units["method"] == "MP"]) == 3  # fixed rows keep their eval seeds
-
-
-def test_paired_runs_pairs_on_the_right_units():
-    units = baseline_jobs.per_agent(_rows())
-    a, b = baseline_jobs.paired_runs(units, "IDQN", "FT", "hz", "travel_time_s")  # learned vs fixed: n = agent seeds
-    assert a.tolist() == [80.0, 120.0] and b.tolist() == [95.0, 95.0]
-    d = paired_difference(a, b)
+def test_compare_pairs_on_the_right_runs():
+    rows = _rows()
+    d = baseline_jobs.compare(rows, "IDQN", "FT", "hz", "travel_time_s")  # learned vs fixed: n = agent seeds
+    assert d.runs == pytest.approx((80.0 - 95.0, 120.0 - 95.0)) and d.of == "2 agents (× 3 episodes each)"
     assert d.n == 2 and d.mean == pytest.approx(5.0) and d.half_width > 100  # two agents far apart: wide interval
-    a, b = baseline_jobs.paired_runs(units, "FT", "MP", "hz", "travel_time_s")  # fixed vs fixed: by eval seed
-    assert a.tolist() == [90.0, 96.0, 99.0] and b.tolist() == [100.0] * 3
-    b2, a2 = baseline_jobs.paired_runs(units, "MP", "IDQN", "hz", "travel_time_s")
-    assert a2.tolist() == [80.0, 120.0] and b2.tolist() == [100.0, 100.0]
+    assert baseline_jobs.compare(rows, "IDQN", "FT", "hz", "travel_time_s", relative=True).mean == pytest.approx(500 / 95)
+    d = baseline_jobs.compare(rows, "FT", "MP", "hz", "travel_time_s")  # fixed vs fixed: by eval seed
+    assert d.runs == (-10.0, -4.0, -1.0) and d.of == "3 eval seeds"
+    assert baseline_jobs.compare(rows, "MP", "IDQN", "hz", "travel_time_s").runs == pytest.approx((20.0, -20.0))
     with pytest.raises(ValueError, match="no rows for 'SOTL'"):
-        baseline_jobs.paired_runs(units, "SOTL", "MP", "hz", "travel_time_s")
+        baseline_jobs.compare(rows, "SOTL", "MP", "hz", "travel_time_s")
 
 
 def test_unknown_learned_baseline_is_refused():

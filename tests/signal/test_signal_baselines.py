@@ -78,15 +78,19 @@ def test_mean_ci_table_counts_deadlocks_keeps_them_in_the_means_and_marks_them()
 
     base = dict(scenario="cologne1", travel_time_all_s=100.0, delay=0.5)
     rows = pd.DataFrame([
-        dict(method="A", travel_time_s=40.0, queue=4.0, throughput=2000, deadlock=False, deadlock_time_s=None, **base),
-        dict(method="A", travel_time_s=60.0, queue=8.0, throughput=1000, deadlock=True, deadlock_time_s=1010.0, **base),
-        dict(method="B", travel_time_s=50.0, queue=5.0, throughput=1990, deadlock=False, deadlock_time_s=None, **base),
+        dict(method="A", seed=0, travel_time_s=40.0, queue=4.0, throughput=2000, deadlock=False, deadlock_time_s=None, **base),
+        dict(method="A", seed=1, travel_time_s=60.0, queue=8.0, throughput=1000, deadlock=True, deadlock_time_s=1010.0, **base),
+        dict(method="B", seed=0, travel_time_s=50.0, queue=5.0, throughput=1990, deadlock=False, deadlock_time_s=None, **base),
     ])
     table = mean_ci_table(rows, ["A", "B", "C"], "cologne1")
     # n = 2: half-width t_{1, 0.975} · s / √2 = 12.706 · |a − b| / 2 (ddof = 1)
-    assert table.loc["A"].tolist() == ["jammed: 50.0 ± 127.1", "jammed: 6.0 ± 25.4", "jammed: 0.50 (n = 2, all equal)",
-                                       "jammed: 1500 ± 6353", "jammed: 100.0 (n = 2, all equal)", "1/2 (from 1010 s)"]
-    assert table.loc["B", "Deadlocks"] == "0/1" and list(table.index) == ["A", "B"]
-    assert table.loc["B", "Travel Time"] == "50.0 (n = 1, no CI)"
+    assert table.loc["A"].tolist() == ["jammed: 50.0 ± 127.1", "jammed: 6.0 ± 25.4", "jammed: 0.50 (n = 2 eval seeds, all equal)",
+                                       "jammed: 1500 ± 6353", "jammed: 100.0 (n = 2 eval seeds, all equal)", "2 eval seeds",
+                                       "1/2 episodes (from 1010 s)"]
+    assert table.loc["B", "Deadlocks"] == "0/1 episodes" and list(table.index) == ["A", "B"]
+    assert table.loc["B", "Travel Time"] == "50.0 (n = 1 eval seed, no CI)"
+    learned = rows.assign(method="L", agent_seed=[0, 0, 1], seed=[0, 1, 0])  # agent means 50 (of 40, 60) and 50
+    cell = mean_ci_table(learned, ["L"], "cologne1").loc["L"]
+    assert cell["n"] == "2 agents (× 1–2 episodes each)" and cell["Travel Time"] == "jammed: 50.0 (n = 2 agents, all equal)"
     with pytest.raises(ValueError, match="'IDQN' needs a trained controller"):
         evaluate_method("IDQN", "synthetic", seed=0)

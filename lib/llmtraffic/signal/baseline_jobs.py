@@ -5,12 +5,13 @@ by its settings and the source it depends on; :func:`train_all` runs them throug
 :func:`evaluate_episode` plays one evaluation episode of a classic or trained controller, cached,
 so ``tsc_baselines`` and ``tsc_main`` (which evaluate on the same seeds) play each once.
 
-**Units.** A learned row's independent units are its agent seeds, not its evaluation runs: on
+**Units.** A learned row's independent runs are its agent seeds, not its evaluation episodes: on
 CityFlow a greedy controller gives the same run on every eval seed (the flows are fixed and the
 seed only draws vehicle priorities at conflicts), so counting eval seeds as units would report a
-zero-width interval for one trained agent. :func:`per_agent` therefore averages each agent seed's
-eval runs into one unit; a fixed controller's units stay its eval seeds. :func:`paired_runs`
-pairs two rows on those units (a fixed reference is averaged over the same eval seeds).
+zero-width interval for one trained agent. Each agent seed's eval runs are averaged into one run
+(:func:`llmtraffic.study.stats.per_run`); a fixed controller's runs stay its eval seeds.
+:func:`compare` pairs two rows on those runs (a fixed reference is averaged over the same eval
+seeds).
 
 **Convergence.** A learned row is only a yardstick if its agents stopped improving.
 :func:`training_trend` measures, per agent, how much the mean queue of its last training
@@ -30,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 from .. import study
-from ..study.stats import mean_ci
+from ..study import stats
+from ..study.stats import Estimate, mean_ci
 from ..rl.ippo import IPPOConfig, train_ippo
 from .baselines import IDQN, DeepRLConfig, PressLight, train
 from .evaluation import evaluate_method
@@ -96,50 +98,17 @@ def evaluate_episode(method: str, scenario: str, seed: int, episode_s: int = 360
         method, scenario, seed, episode_s, None if training is None else train_baseline(**training)[0]))
 
 
-def per_agent(rows: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` with each learned row's eval runs averaged per agent seed (one unit per agent
-    seed; ``deadlock`` true when any run deadlocked, ``deadlock_time_s`` its earliest start);
-    rows of fixed controllers (no ``agent_seed``) unchanged."""
-    fixed = rows[rows["agent_seed"].isna()]
-    learned = rows[rows["agent_seed"].notna()]
-    if learned.empty:
-        return rows
-    numeric = [c for c in learned.columns if c not in ("agent_seed", "seed", "deadlock", "deadlock_time_s")
-               and pd.api.types.is_numeric_dtype(learned[c])]
-    keys = ["method", "scenario", "agent_seed"]
-    groups = learned.groupby(keys, sort=False)
-    units = groups[numeric].mean()
-    units["deadlock"] = groups["deadlock"].any()
-    units["deadlock_time_s"] = groups["deadlock_time_s"].min()
-    firsts = groups.first()
-    for column in learned.columns:
-        if column not in units.columns and column not in keys:
-            units[column] = firsts[column]
-    units["eval_runs"] = groups.size()
-    return pd.concat([fixed, units.reset_index()], ignore_index=True)
-
-
-def paired_runs(units: pd.DataFrame, method: str, reference: str, scenario: str, key: str) -> tuple[np.ndarray, np.ndarray]:
-    """Aligned values of ``key`` for ``method`` and ``reference`` on ``scenario`` from
-    :func:`per_agent` rows: two learned rows pair by agent seed, two fixed rows by eval seed, and a
-    learned row against a fixed one pairs each agent seed with the fixed row's mean."""
-    a = units[(units["method"] == method) & (units["scenario"] == scenario)]
-    b = units[(units["method"] == reference) & (units["scenario"] == scenario)]
+def compare(rows: pd.DataFrame, method: str, reference: str, scenario: str, key: str,
+            relative: bool = False) -> Estimate:
+    """Difference ``method − reference`` of ``key`` on ``scenario`` over independent runs: two
+    learned rows pair by agent seed, two fixed rows by eval seed, and a learned row against a
+    fixed one pairs each agent seed's mean with the fixed row's mean over the same eval seeds
+    (:func:`llmtraffic.study.stats.compare`)."""
+    a = rows[(rows["method"] == method) & (rows["scenario"] == scenario)]
+    b = rows[(rows["method"] == reference) & (rows["scenario"] == scenario)]
     if a.empty or b.empty:
-        raise ValueError(f"paired_runs: no rows for {method if a.empty else reference!r} on {scenario!r}")
-    learned_a, learned_b = a["agent_seed"].notna().all(), b["agent_seed"].notna().all()
-    if learned_a and learned_b:
-        on = "agent_seed"
-    elif not learned_a and not learned_b:
-        on = "seed"
-    else:
-        learned, fixed = (a, b) if learned_a else (b, a)
-        other = np.full(len(learned), float(fixed[key].mean()))
-        return (learned[key].to_numpy(float), other) if learned_a else (other, learned[key].to_numpy(float))
-    joined = a.merge(b[[on, key]], on=on, suffixes=("", "_ref"))
-    if len(joined) != len(a):
-        raise ValueError(f"paired_runs: {method!r} and {reference!r} do not share their {on}s")
-    return joined[key].to_numpy(float), joined[f"{key}_ref"].to_numpy(float)
+        raise ValueError(f"compare: no rows for {method if a.empty else reference!r} on {scenario!r}")
+    return stats.compare(a, b, key, relative)
 
 
 def training_trend(history: Sequence[dict], window: int = TREND_WINDOW, key: str = "queue") -> float:

@@ -126,17 +126,18 @@ def evaluate_method(method: str, scenario: str, seed: int, episode_s: int = 3600
 
 def mean_ci_table(rows: pd.DataFrame, methods: list[str], scenario: str,
                   columns: dict[str, str] | None = None) -> pd.DataFrame:
-    """Table 1 layout for one scenario: mean ± 95 % CI half-width (:func:`llmtraffic.study.stats.mean_ci`)
-    over the runs (eval seeds × agent seeds) per method, plus deadlocked runs.
+    """Table 1 layout for one scenario: mean ± 95 % CI half-width over each method's independent
+    runs (:func:`llmtraffic.study.stats.estimate`: a trained method's agent seeds, each the mean of
+    its eval episodes; a fixed controller's eval seeds), n with its unit, plus deadlocked episodes.
 
-    Deadlocked runs stay in the means (as in LibSignal's numbers) and are counted, with the
-    times they began, in the ``Deadlocks`` column; a method with any deadlocked run has its cells
-    marked ``jammed:``, so that no comparison reads a jammed run as an improvement (a short
-    travel time there means few vehicles arrived).
+    Deadlocked episodes stay in the means (as in LibSignal's numbers) and are counted, with the
+    times they began, in the ``Deadlocks`` column; a method with any deadlocked episode has its
+    cells marked ``jammed:``, so that no comparison reads a jammed run as an improvement (a short
+    travel time there means few vehicles arrived). The estimates stay in ``table.attrs``.
     """
-    from llmtraffic.study.stats import mean_ci
+    from llmtraffic.study import stats
 
-    out, columns = {}, columns or COLUMNS
+    out, found, columns = {}, {}, columns or COLUMNS
     for method in methods:
         runs = rows[(rows["method"] == method) & (rows["scenario"] == scenario)]
         if runs.empty:
@@ -145,8 +146,12 @@ def mean_ci_table(rows: pd.DataFrame, methods: list[str], scenario: str,
         stuck = runs[runs["deadlock"]]
         for key, name in columns.items():
             digits = 0 if key == "throughput" else (2 if key == "delay" else 1)
-            cells[name] = ("jammed: " if len(stuck) else "") + mean_ci(runs[key].astype(float).to_numpy()).format(digits)
-        cells["Deadlocks"] = f"{len(stuck)}/{len(runs)}" + (
+            found[f"{method} / {name}"] = est = stats.estimate(runs.astype({key: float}), key)
+            cells[name] = ("jammed: " if len(stuck) else "") + est.format(digits)
+        cells["n"] = stats.unit_of(runs)
+        cells["Deadlocks"] = f"{len(stuck)}/{len(runs)} episodes" + (
             " (from " + ", ".join(f"{t:.0f} s" for t in stuck["deadlock_time_s"]) + ")" if len(stuck) else "")
         out[method] = cells
-    return pd.DataFrame.from_dict(out, orient="index").rename_axis("Method")
+    table = pd.DataFrame.from_dict(out, orient="index").rename_axis("Method")
+    table.attrs["estimates"] = found
+    return table

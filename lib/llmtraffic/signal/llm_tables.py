@@ -23,7 +23,6 @@ sweeps), Table 2's reward labels, Fig. 4's share above the hurdle, the cross-ans
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
