@@ -346,26 +346,30 @@ BEHAVIOURS = {
 }
 
 
-def _cell(values: list[float], digits: int) -> str:
+def _estimate(values: list[float]):
+    """Mean and 95 % CI over the seeds that have the quantity (each seed one run of a fixed controller), or None."""
     from ..study import stats
 
     finite = [v for v in values if v is not None and not math.isnan(v)]
-    return stats.mean_ci(finite).format(digits) if finite else ""
+    return stats.mean_ci(finite, of=stats.count(len(finite), "eval seed")) if finite else None
 
 
 def table(runs: list[Run], labels: dict[str, str] = QUANTITIES, digits: int = 1) -> pd.DataFrame:
     """One row per quantity, one column per (controller, simulator): mean ± 95 % CI half-width
-    over the seeds; blank where a simulator does not have the quantity."""
+    over the seeds (the estimates in ``table.attrs``); blank where a simulator does not have the quantity."""
 
     columns = list(dict.fromkeys((r.controller, r.simulator) for r in runs))
-    out = {}
+    out, found = {}, {}
     for key, label in labels.items():
         places = 3 if key in ("incomplete_share", "empty_stop_visits") else digits
-        row = {f"{s}: {c}": _cell([r.values.get(key, math.nan) for r in runs if (r.controller, r.simulator) == (c, s)], places)
-               for c, s in columns}
-        if any(row.values()):
-            out[label] = row
-    return pd.DataFrame.from_dict(out, orient="index").rename_axis("quantity")
+        cells = {f"{s}: {c}": _estimate([r.values.get(key, math.nan) for r in runs if (r.controller, r.simulator) == (c, s)])
+                 for c, s in columns}
+        if any(e is not None for e in cells.values()):
+            out[label] = {name: "" if e is None else e.format(places) for name, e in cells.items()}
+            found |= {f"{label} / {name}": e for name, e in cells.items() if e is not None}
+    frame = pd.DataFrame.from_dict(out, orient="index").rename_axis("quantity")
+    frame.attrs["estimates"] = found
+    return frame
 
 
 def agreement(runs: list[Run], keys: list[str], reference: str = "ours") -> pd.DataFrame:

@@ -269,7 +269,8 @@ def generic_job(index: int, transferred: dict[str, list[GreedyPolicy]], codes: l
     case-2 agents of ``transferred`` (column → one policy per agent seed) applied unchanged and —
     with ``codes`` (one reward per agent seed) — agents trained on this system with those rewards
     (column ``ours (trained per system)``, cached). A learned column's mean is over agent seeds ×
-    ``seeds``, a fixed one's over ``seeds``."""
+    ``seeds``, a fixed one's over ``seeds``; column ``"<name> · per agent"`` holds a learned
+    column's mean over ``seeds`` per agent seed, its independent runs."""
     scenario = scenarios.generic(index)
     columns: dict[str, list] = {name: [ctrl] for name, ctrl in fixed_controllers(feedback_slack_s).items()}
     columns |= {name: [DQNController(p) for p in policies] for name, policies in transferred.items()}
@@ -280,7 +281,15 @@ def generic_job(index: int, transferred: dict[str, list[GreedyPolicy]], codes: l
     row: dict[str, Any] = {"system": index, "lines": len(scenario.lines),
                            "stops": sum(ln.n_stops for ln in scenario.lines),
                            "shared stops": len(scenario.shared_nodes)}
+    fixed = set(fixed_controllers(feedback_slack_s))
     for name, ctrls in columns.items():
-        row[name] = float(np.mean([sim.simulate(scenario, c, seed=s, horizon_s=test_horizon_s).metrics["travel_time_s"]
-                                   for c in ctrls for s in seeds]))
+        per_agent = [float(np.mean([sim.simulate(scenario, c, seed=s, horizon_s=test_horizon_s).metrics["travel_time_s"]
+                                    for s in seeds])) for c in ctrls]
+        row[name] = float(np.mean(per_agent))
+        if name not in fixed:
+            row[f"{name} · {PER_AGENT}"] = per_agent
     return row
+
+
+PER_AGENT = "per agent"
+"""Suffix of :func:`generic_job`'s per-agent-seed columns."""

@@ -20,7 +20,7 @@ import pandas as pd
 from ..study import stats
 from .evaluation import MEASURES
 from .metrics import DEFINITIONS
-from .jobs import make_scenario
+from .jobs import PER_AGENT, make_scenario
 from .scenarios import Scenario
 
 NEVER_HOLDS = "never holds (equals no holding)"
@@ -198,6 +198,18 @@ def generic_summary(table: pd.DataFrame, ours: str) -> pd.DataFrame:
         "mean change vs no holding (%)": 100.0 * float(((table[ours] - table["no holding"]) / table["no holding"]).mean()),
         "mean reduction vs feedback (s)": float((table["feedback"] - table[ours]).mean()),
     }}).rename_axis("measure")
+
+
+def generic_difference(table: pd.DataFrame, column: str, reference: str, relative: bool = False) -> stats.Estimate:
+    """§5.5's comparison of a learned ``column`` with a fixed ``reference`` over the systems of
+    Table 7, with the agents as independent runs (the same agents serve every system): per agent
+    seed, the mean over systems of its difference to the reference (``relative``: in % of the
+    reference's travel time on each system, averaged as §5.5 averages its changes)."""
+    runs = np.vstack(table[f"{column} · {PER_AGENT}"].to_numpy())  # systems × agents
+    base = table[reference].to_numpy(float)[:, None]
+    diff = (runs - base) / (base / 100.0 if relative else 1.0)
+    of = stats.count(runs.shape[1], "agent", runs.shape[0], inner="system")
+    return stats.difference(diff.mean(axis=0), "%" if relative else "", of)
 
 
 ROOM = ["implied_wait_s", "regular_wait_s", "wait_time_s", "travel_time_s"]

@@ -10,6 +10,7 @@ by their label (``DesignRun.label`` or a reference name); a row that did not run
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import pandas as pd
 
 from ...study import stats
 from ..evaluation import MEASURES
-from .jobs import DesignRun, ReferenceRun
+from .jobs import REFERENCES, DesignRun, ReferenceRun
 
 
 def group(runs: list[DesignRun]) -> dict[str, list[DesignRun]]:
@@ -41,8 +42,21 @@ def eval_frame(runs: dict[str, list[DesignRun]], references: list[ReferenceRun] 
     what one run of the row is (a design run, or a reference's trained agent)."""
     rows = [{"method": label, "agent_seed": r.seed, "noun": "design run", **row}
             for label, g in runs.items() for r in g if not r.unavailable for row in r.eval_rows]
-    rows += [{"agent_seed": ref.seed, "noun": "agent", **row} for ref in references for row in ref.eval_rows]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows + reference_rows(references))
+
+
+def reference_rows(references: list[ReferenceRun], learned: bool = True) -> list[dict]:
+    """The references' evaluation rows: the expert-reward agent's per agent seed (``learned``), and
+    the fixed controllers' (no holding, feedback) once per eval seed, without an agent seed: every
+    reference run plays them on the same eval seeds, so their runs are the eval seeds, not copies
+    of them per agent seed."""
+    expert = REFERENCES[2]
+    rows = [{"agent_seed": ref.seed, "noun": "agent", **row}
+            for ref in references for row in ref.eval_rows if learned and row["method"] == expert]
+    if references:
+        rows += [{"agent_seed": math.nan, "noun": "eval seed", **row} for row in references[0].eval_rows
+                 if row["method"] != expert]
+    return rows
 
 
 def _noun(g: pd.DataFrame) -> str:

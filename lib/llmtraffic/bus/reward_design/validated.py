@@ -17,6 +17,7 @@ from .. import scenarios
 from ..evaluation import evaluate_method
 from ..jobs import train_each
 from .jobs import REFERENCES, DesignRun, ReferenceRun
+from .tables import reference_rows
 
 EXPERT = REFERENCES[2]
 """The expert-reward RL reference row (RL-local, the loops' warm start)."""
@@ -39,7 +40,7 @@ def validated_frame(runs: dict[str, list[DesignRun]], references: list[Reference
         train_horizon_s=train_horizon_s, val_horizon_s=horizon_s)
     scenario = scenarios.case1()
     tasks = [dict(method=m, controller=ag.controller(), scenario=scenario, seed=s, horizon_s=horizon_s, agent_seed=a,
-                  selected=ag.selected) for (m, a), ag in agents.items() for s in eval_seeds]
+                  selected=ag.selected, noun="agent" if m == EXPERT else "design run")
+             for (m, a), ag in agents.items() for s in eval_seeds]
     rows = study.run_grid(evaluate_method, tasks, executor=executor, jobs=jobs, desc="validated agents' tests")
-    fixed = [{"agent_seed": ref.seed, **row} for ref in references for row in ref.eval_rows if row["method"] != EXPERT]
-    return pd.DataFrame(fixed + rows)
+    return pd.DataFrame(reference_rows(references, learned=False) + rows)
