@@ -184,14 +184,16 @@ def incomparable(backbone: str, paper_backbone: str, scenario: str, paper_scenar
     return "; ".join(r for r in reasons if r)
 
 
-def save_against_paper(table: pd.DataFrame, name: str, paper: dict | None, caption: str, reason: str) -> None:
-    """Save ``table``; with the paper's cells beside ours (and a Δ) only when ``reason`` is empty,
-    else the paper's cells as a table of their own, ``<name>_paper``, captioned with the reason."""
+def save_against_paper(table: pd.DataFrame, name: str, paper: dict | None, caption: str, reason: str,
+                       descriptive: bool = False) -> None:
+    """Save ``table`` (``descriptive``: a table without a comparison, e.g. a one-seed sweep); with
+    the paper's cells beside ours (and a Δ) only when ``reason`` is empty, else the paper's cells
+    as a descriptive table of their own, ``<name>_paper``, captioned with the reason."""
     from .. import study
 
-    study.save_table(table, name, paper=paper if paper and not reason else None, caption=caption)
+    study.save_table(table, name, paper=paper if paper and not reason else None, caption=caption, descriptive=descriptive)
     if paper and reason:
-        study.save_table(paper_reference(paper), f"{name}_paper",
+        study.save_table(paper_reference(paper), f"{name}_paper", descriptive=True,
                          caption=f"The paper's values for {name}, for reference only (no Δ: {reason})")
 
 
