@@ -85,12 +85,13 @@ def add_stamp(fig, text: str, gap_pt: float = 4.0):
     return fig.text(box.x1 / width, y, text, ha="right", va="top", fontsize=6, color="0.45")
 
 
-def save_figure(fig, name: str, caption: str = "", stamp: bool = True) -> Path:
+def save_figure(fig, name: str, caption: str = "", stamp: bool = True, stats: dict | None = None) -> Path:
     """Save ``fig`` as ``figures/<stem>/<name>.png`` and ``.svg`` with a provenance sidecar.
 
     ``stamp`` writes the run's label (profile, seeds, backbone/designer; a mark when made from
     uncommitted code) in a strip below the figure, so a figure seen out of context still says what
-    produced it; the stamp is removed from ``fig`` afterwards.
+    produced it; the stamp is removed from ``fig`` afterwards. ``stats`` goes into the sidecar
+    (e.g. a bootstrap's seed, method and per-run values).
     """
     ctx = current()
     meta = provenance.record(ctx.out_dir)
@@ -104,7 +105,7 @@ def save_figure(fig, name: str, caption: str = "", stamp: bool = True) -> Path:
     finally:
         if text is not None:
             text.remove()
-    _save_unit(ctx, "figure", name, caption, files, meta)
+    _save_unit(ctx, "figure", name, caption, files, meta if stats is None else {**meta, "stats": stats})
     return ctx.out_dir / f"{name}.png"
 
 
