@@ -61,3 +61,18 @@ def test_claims_file_and_scorecard(claims_ctx, outdirs):
     assert "| bus | 1 | 0 | 1 | 0 | 0 |" in card
     assert "| tsc | 1 | 0 | 0 | 1 | 0 |" in card
     assert "**opposite**" in card and "[fx_plot/table1]" in card
+
+
+def test_changed_verdicts_are_listed_with_counts_per_paper():
+    before = [{"id": "a", "paper": "bus", "verdict": claims.REPRODUCED}, {"id": "b", "paper": "bus", "verdict": claims.OPPOSITE},
+              {"id": "c", "paper": "tsc", "verdict": claims.INCONCLUSIVE}, {"id": "gone", "paper": "tsc", "verdict": claims.NOT_RUN}]
+    after = [{"id": "a", "paper": "bus", "verdict": claims.INCONCLUSIVE}, {"id": "b", "paper": "bus", "verdict": claims.OPPOSITE},
+             {"id": "c", "paper": "tsc", "verdict": claims.INCONCLUSIVE_N1}, {"id": "new", "paper": "tsc", "verdict": claims.REPRODUCED}]
+    diff = claims.changed(before, after)
+    assert diff["counts"]["bus"]["before"][claims.REPRODUCED] == 1 and diff["counts"]["bus"]["after"][claims.REPRODUCED] == 0
+    assert diff["counts"]["bus"]["after"][claims.INCONCLUSIVE] == 1
+    assert [(c["id"], c["before"], c["after"]) for c in diff["changed"]] == [
+        ("a", "reproduced", "inconclusive"), ("c", "inconclusive", "inconclusive (n = 1)"),
+        ("gone", "not run", "absent"), ("new", "absent", "reproduced")]
+    text = claims.changed_text(diff)
+    assert "| bus | before | 1 | 1 | 0 | 0 | 0 |" in text and "- `a` (bus): reproduced → inconclusive" in text

@@ -246,3 +246,49 @@ def render(root: Path | None = None) -> str:
 def write_scorecard(root: Path | None = None) -> Path:
     root = Path(root or figures_dir())
     return atomic_write_text(root / "SCORECARD.md", render(root))
+
+
+# ---------------------------------------------------------------- verdicts before and after a change
+
+
+def load_commit(ref: str, root: Path | None = None) -> list[dict]:
+    """Every claim committed at git ``ref`` under ``figures/*/claims.json`` (e.g. ``main``, the
+    claims before a regeneration)."""
+    import subprocess
+
+    from .paths import ROOT
+
+    repo = Path(root or ROOT)
+    listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", ref, "figures"], cwd=repo, capture_output=True,
+                            text=True, check=True).stdout.split()
+    found = []
+    for name in sorted(n for n in listed if n.endswith("/claims.json") and n.count("/") == 2):
+        payload = json.loads(subprocess.run(["git", "show", f"{ref}:{name}"], cwd=repo, capture_output=True, text=True,
+                                            check=True).stdout)
+        found += payload.get("claims", [])
+    return found
+
+
+def changed(before: list[dict], after: list[dict]) -> dict:
+    """Verdict counts per paper before and after, and every claim whose verdict changed (or that
+    appeared or went): ``{"counts": {paper: {"before": {...}, "after": {...}}}, "changed": [...]}``."""
+    old, new = {c["id"]: c for c in before}, {c["id"]: c for c in after}
+    counts = {}
+    for paper in PAPERS:
+        counts[paper] = {side: {v: sum(c["paper"] == paper and c["verdict"] == v for c in claims.values()) for v in VERDICTS}
+                         for side, claims in (("before", old), ("after", new))}
+    moved = [{"id": i, "paper": (new.get(i) or old[i])["paper"], "before": old[i]["verdict"] if i in old else "absent",
+              "after": new[i]["verdict"] if i in new else "absent"}
+             for i in sorted(set(old) | set(new)) if (old.get(i) or {}).get("verdict") != (new.get(i) or {}).get("verdict")]
+    return {"counts": counts, "changed": moved}
+
+
+def changed_text(diff: dict) -> str:
+    """:func:`changed` as Markdown: a count table per paper, then one line per changed verdict."""
+    lines = ["| paper | | " + " | ".join(VERDICTS) + " |", "|---|---|" + "---|" * len(VERDICTS)]
+    for paper, sides in diff["counts"].items():
+        for side, counts in sides.items():
+            lines.append(f"| {paper} | {side} | " + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
+    lines += ["", f"{len(diff['changed'])} changed verdict(s):"]
+    lines += [f"- `{c['id']}` ({c['paper']}): {c['before']} → {c['after']}" for c in diff["changed"]]
+    return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""``python -m llmtraffic.study {list,run,data,gallery}``.
+"""``python -m llmtraffic.study {list,run,data,gallery,verdicts}``.
 
 Exit status of ``run``: 0 all notebooks succeeded; 1 a notebook failed; 2 a setting that can
 never work (unknown profile or parameter, wrong type or range, malformed YAML, unknown LLM
@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import data, gallery, provenance, runner
+from . import claims, data, gallery, provenance, runner
 from .params import DEFAULT_PROFILE, PROFILES, ParamError, load_profile, merge_settings, notebook_parameters
 from .paths import ROOT, data_dir
 from .preflight import ResourceError
@@ -92,8 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("data", help="download the public data sets into $LLMTRAFFIC_DATA")
     check.add_argument("--check", action="store_true", help="only verify presence and checksums")
     sub.add_parser("gallery", help="regenerate figures/README.md")
+    verdicts = sub.add_parser("verdicts", help="claims whose verdict changed between a commit and figures/")
+    verdicts.add_argument("--before", default="main", help="git ref of the earlier claims (default main)")
+    verdicts.add_argument("--after", type=Path, default=None, help="figures folder of the later claims (default figures/)")
     args = parser.parse_args(argv)
     if args.command == "gallery":
         print(gallery.write())
+        return 0
+    if args.command == "verdicts":
+        print(claims.changed_text(claims.changed(claims.load_commit(args.before), claims.load(args.after))), end="")
         return 0
     return {"list": _list, "run": _run, "data": _data}[args.command](args)
