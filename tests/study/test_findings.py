@@ -30,7 +30,7 @@ def test_identical_runs_rank_after_every_claim_with_a_spread_and_say_so(recorded
     bus = [c for c in claims.load(recorded) if c["paper"] == "bus"]
     assert [c["id"] for c in findings.headlines(bus, k=4)] == ["marked", "strong", "weak", "same"]
     same = next(c for c in bus if c["id"] == "same")
-    assert claims._ours(same) == "-9 (n = 3 identical runs: no spread to estimate)"
+    assert claims._ours(same) == "-9 (n = 3, identical runs: no spread to estimate)"
 
 
 def test_readme_section_is_replaced_between_markers(recorded, tmp_path):
@@ -42,8 +42,8 @@ def test_readme_section_is_replaced_between_markers(recorded, tmp_path):
     assert "old text" not in text
     assert "4 claims: 0 reproduced, 0 opposite, 2 inconclusive, 0 not run" not in text
     assert "5 claims" not in text  # counted per paper
-    assert "claims: 2 reproduced, 0 opposite, 2 inconclusive, 0 not run." in text
-    assert "1 claims: 0 reproduced, 0 opposite, 0 inconclusive, 1 not run." in text
+    assert "claims: 2 reproduced, 0 opposite, 2 inconclusive, 0 inconclusive (n = 1), 0 not run." in text
+    assert "1 claims: 0 reproduced, 0 opposite, 0 inconclusive, 0 inconclusive (n = 1), 1 not run." in text
 
 
 def test_readme_without_markers_is_an_error(recorded, tmp_path):
