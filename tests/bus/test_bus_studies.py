@@ -150,9 +150,11 @@ def test_line_table_and_reductions_are_exact():
     half = sps.t.ppf(0.975, 1) * np.std([90.0, 94.0], ddof=1) / np.sqrt(2)  # 95 % t-interval over 2 seeds
     assert table.at["overall · b", "Avg travel time (s)"] == f"92.00 ± {half:.2f}"
     assert table.at["overall · c", "Avg holding time (s)"] == NEEDS_LLM
-    red = tables.reductions(_frame(), "b", ["a"])
-    assert red.at["vs a", "reduction (s)"] == pytest.approx(13.0)
-    assert red.at["vs a", "change (%)"] == pytest.approx(-1300 / 105)
+    red = tables.reductions(_frame(), "b", ["a"])  # two fixed rows: paired by eval seed, a − b = 10, 16
+    found = red.attrs["estimates"]
+    assert found["vs a / reduction (s)"].runs == (10.0, 16.0) and found["vs a / reduction (s)"].mean == pytest.approx(13.0)
+    assert found["vs a / change (%)"].mean == pytest.approx(-1300 / 105)
+    assert red.at["vs a", "n"] == "2 eval seeds" and red.at["vs a", "reduction (s)"].startswith("13.0 ± ")
     with pytest.raises(ValueError, match="no rows for method 'z'"):
         tables.reductions(_frame(), "z", ["a"])
 
