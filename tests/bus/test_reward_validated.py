@@ -31,6 +31,9 @@ def test_every_reported_agent_is_a_validated_retraining_and_fixed_references_sta
     by = frame.groupby("method")
     assert sorted(by.groups) == sorted(["no holding", EXPERT, label])  # nothing for the unavailable
     assert by.get_group("no holding")["travel_time_s"].tolist() == [7.0]
+    # a fixed reference's runs are its eval seeds, not copies per agent seed (issue 35)
+    assert by.get_group("no holding")["agent_seed"].isna().all() and set(by.get_group("no holding")["noun"]) == {"eval seed"}
+    assert set(by.get_group(label)["noun"]) == {"design run"} and set(by.get_group(EXPERT)["noun"]) == {"agent"}
     for method in (EXPERT, label):
         mine = by.get_group(method)
         assert sorted(mine["seed"]) == [5, 6] and set(mine["agent_seed"]) == {0}
@@ -38,3 +41,15 @@ def test_every_reported_agent_is_a_validated_retraining_and_fixed_references_sta
     with pytest.raises(ValueError, match=r"val_seeds overlap eval_seeds at \[5\]"):
         validated_frame(runs, refs, dqn=DQN, val_seeds=[5], eval_seeds=[5, 6], design_seeds=[100],
                         horizon_s=1800.0, train_horizon_s=1800.0)
+
+
+def test_fixed_references_appear_once_per_eval_seed_however_many_reference_runs():
+    from llmtraffic.bus.reward_design.tables import reference_rows
+
+    refs = [ReferenceRun(a, [{"method": "no holding", "seed": 5, "travel_time_s": 7.0},
+                             {"method": EXPERT, "seed": 5, "travel_time_s": 3.0 + a}], {}) for a in (0, 1, 2)]
+    rows = reference_rows(refs)
+    assert [(r["method"], r["agent_seed"]) for r in rows if r["method"] == EXPERT] == [(EXPERT, 0), (EXPERT, 1), (EXPERT, 2)]
+    fixed = [r for r in rows if r["method"] == "no holding"]
+    assert len(fixed) == 1 and fixed[0]["agent_seed"] != fixed[0]["agent_seed"]  # NaN: no agent seed
+    assert [r["method"] for r in reference_rows(refs, learned=False)] == ["no holding"]
