@@ -51,7 +51,7 @@ def problems(name: str, side: dict, strict: bool) -> list[str]:
 def recompute(est: dict) -> list[str]:
     """Differences between a stored estimate and the t-interval of its stored per-run values."""
     if not est["runs"]:
-        return [] if est["method"].startswith("95 % Welch") else ["no per-run values"]
+        return [] if est["method"] == stats.WELCH else ["no per-run values"]
     again = stats.mean_ci(est["runs"])
     found = []
     if len(est["runs"]) != est["n"]:

@@ -114,15 +114,17 @@ def validation_curves(curves: dict[str, list[list[dict]]], measure: str = "val_t
 
 
 def plot_sensitivity(frame: pd.DataFrame, status_quo_share: float):
-    """Two panels of average travel time per method: against the shared share and against demand."""
+    """Two panels of average travel time per method: against the shared share and against demand,
+    each point the mean with its 95 % t-interval over the method's runs at that level (trained
+    agents, each the mean of its eval episodes; eval seeds for a fixed controller)."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=False)
     for ax, factor, xlabel in zip(axes, ("shared share", "demand"),
                                   ("passengers travelling within the shared corridor (%)", "demand (% of status quo)")):
         part = frame[frame["factor"] == factor]
         for method in dict.fromkeys(part["method"]):
-            ci = [stats.mean_ci(g["travel_time_s"]) for _, g in part[part["method"] == method].groupby("level")]
+            ci = [stats.estimate(g, "travel_time_s") for _, g in part[part["method"] == method].groupby("level")]
             levels = sorted(part.loc[part["method"] == method, "level"].unique())
-            ax.errorbar(100 * np.asarray(levels), [c.mean for c in ci], yerr=[c.half_width for c in ci],
+            ax.errorbar(100 * np.asarray(levels), [c.mean for c in ci], yerr=[0 if c.n == 1 else c.half_width for c in ci],
                         fmt="o-", capsize=3, label=method)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("average travel time (s)")

@@ -9,11 +9,11 @@ Notebooks use::
     agent = study.cached("dqn", params, lambda: train(...))
     study.plot_series(ax, episodes, {"LLM": runs_llm, "RL": runs_rl})  # seeds × episodes: mean + CI band
     study.save_figure(fig, "headway_sd_by_stop", caption="...")
-    summary = study.tables.summarize(rows, ["travel_s"], units=["agent_seed", "eval_seed"],
-                                     units_label="agent seeds × eval seeds", reference="RL-global")
+    summary = study.tables.summarize(rows, ["travel_s"], reference="RL-global")  # runs: agent seeds
     study.save_table(summary.frame, "table1", paper=paper_values, caption=summary.caption)
+    study.save_table(settings, "settings", caption="DQN settings", descriptive=True)
     study.claim("llm_vs_rl_global", "bus", "§5.2.2, Table 1", "...", "travel (%)", "table1",
-                ours=study.stats.paired_difference(llm, rl_global, relative=True), paper_value=-3.73)
+                ours=summary.differences["LLM", "travel_s"], paper_value=-3.73)
 """
 
 from . import stats, tables

@@ -44,7 +44,7 @@ LEVEL = 0.95
 ALPHA = 1 - LEVEL
 POWER = 0.8
 METHOD = "95 % t-interval over independent runs (n − 1 df)"
-MDE_METHOD = f"paired t-test, α = {ALPHA:.2f}, power {POWER}, noncentral t"
+WELCH = "95 % Welch t-interval over independent runs"
 
 BETTER, WORSE, NO_DIFFERENCE = "better", "worse", "no detectable difference"
 INCONCLUSIVE_N1 = "inconclusive (n = 1)"
@@ -229,7 +229,7 @@ def unpaired_difference(a: Sequence[float], b: Sequence[float], relative: bool =
     a_arr, b_arr = _values(a), _values(b)
     if a_arr.size < 2 or b_arr.size < 2:
         return Estimate(float(a_arr.mean() - b_arr.mean()), math.nan, math.nan, min(a_arr.size, b_arr.size),
-                        "%" if relative else "", of, (), None, "Welch")
+                        "%" if relative else "", of, (), None, WELCH)
     va, vb = a_arr.var(ddof=1) / a_arr.size, b_arr.var(ddof=1) / b_arr.size
     se = math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va**2 / (a_arr.size - 1) + vb**2 / (b_arr.size - 1)) if se else 1.0
@@ -238,7 +238,7 @@ def unpaired_difference(a: Sequence[float], b: Sequence[float], relative: bool =
     half = float(_scipy_stats.t.ppf(0.5 + LEVEL / 2, df)) * se * scale
     effect = (_scipy_stats.norm.ppf(1 - ALPHA / 2) + _scipy_stats.norm.ppf(POWER)) * se * scale
     return Estimate(mean, mean - half, mean + half, min(a_arr.size, b_arr.size), "%" if relative else "", of,
-                    (), float(effect), "95 % Welch t-interval over independent runs")
+                    (), float(effect), WELCH)
 
 
 # ---------------------------------------------------------------- per-run aggregation of long results
