@@ -122,8 +122,10 @@ def plot(summary: dict[str, dict], baseline: str, measure: str):
         ax.grid(alpha=0.3, axis="x")
     ax_iqm.axvline(0, color="0.4", lw=0.8)
     ax_poi.axvline(0.5, color="0.4", lw=0.8)
-    ax_iqm.set_yticks(y, [f"{m} ({'/'.join(map(str, summary[m]['runs per task'].values()))} runs)" for m in methods],
+    counts = {m: list(summary[m]["runs per task"].values()) for m in methods}
+    ax_iqm.set_yticks(y, [f"{m} ({'/'.join(map(str, counts[m]))} run{'s' * (max(counts[m]) != 1)})" for m in methods],
                       fontsize="small")
+    ax_poi.set_xlim(0, 1)
     ax_iqm.set_xlabel(f"IQM of the {measure} improvement over {baseline} (%)")
     ax_poi.set_xlabel(f"P(a run beats a run of {baseline})")
     fig.tight_layout()
