@@ -61,8 +61,9 @@ class ResourceCheck:
         found = []
         for name in self.parameters:
             value = params.get(name)
-            several = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
-            found += [v for v in several if isinstance(v, str)]
+            if isinstance(value, dict):
+                value = list(value.values())
+            found += [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str)]
         return list(dict.fromkeys(found))
 
 
@@ -89,11 +90,11 @@ def load_study_checks() -> None:
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    root = Path(__file__).resolve().parents[1]
-    for hook in sorted(root.glob("*/preflight.py")):
-        if hook.parent.name != Path(__file__).parent.name:
+    here = Path(__file__).resolve()
+    for hook in sorted(here.parents[1].glob("*/preflight.py")):
+        if hook.parent != here.parent:
             import_module(f"{PACKAGE}.{hook.parent.name}.preflight")
+    _loaded = True
 
 
 def _backends() -> dict[str, tuple[set[str], set[str]]]:
