@@ -269,6 +269,11 @@ def test_the_allowed_surface_works_in_the_worker():
         "    return float(v / 1e4)\n"
     )
     assert validate_reward_code(code).ok
+    # ndarray methods numpy implements in Python import numpy._core._methods at their first call
+    methods = HEAD + ("    a = np.array(next_state) / 1e4\n"
+                      "    v = a.all() + a.any() + a.max() + a.min() + a.mean() + a.prod() + a.std() + a.sum() + a.var()\n"
+                      "    return float(v + a.clip(0.0, 1.0).sum() + np.eye(2).trace())\n")
+    assert validate_reward_code(methods) == (True, "ok")
     for attr in sorted(allowlist.NUMPY):
         assert hasattr(np, attr), f"numpy {np.__version__} has no {attr}: drop it from the allowlist"
     for attr in sorted(allowlist.LINALG):

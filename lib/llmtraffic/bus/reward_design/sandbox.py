@@ -308,8 +308,8 @@ def purity_reason(worker: Worker, states: np.ndarray, actions: np.ndarray, next_
         if differ.size:
             i = differ[0]
             return (f"the reward is not a function of (current_state, action, next_state) ({name}): {how} in one "
-                    f"worker, it returned {again[i]!r} instead of {values[i]!r} for transition {i} (current_state "
-                    f"{states[i].tolist()}, action {actions[i]}); it must keep no state between calls (no counters, "
+                    f"worker, it returned {float(again[i])!r} instead of {float(values[i])!r} for transition {i} "
+                    f"(current_state {states[i].tolist()}, action {int(actions[i])}); it must keep no state between calls (no counters, "
                     "caches, clocks or random numbers) and not depend on the order of the calls")
     return None
 
