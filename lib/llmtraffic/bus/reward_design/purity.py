@@ -85,9 +85,9 @@ def _writes() -> dict[str, dict[str, int]]:
             params = list(inspect.signature(f).parameters.values())
         except (TypeError, ValueError):
             continue
-        flags = {p.name: i for i, p in enumerate(params) if p.name in WRITE_FLAGS
-                 and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)}
-        flags.pop("copy", None) if name != "nan_to_num" else None  # elsewhere copy=False only aliases
+        writing = set(WRITE_FLAGS) - ({"copy"} if name != "nan_to_num" else set())  # copy=False elsewhere only aliases
+        flags = {p.name: i for i, p in enumerate(params)
+                 if p.name in writing and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)}
         if flags:
             table[name] = flags
     return table
@@ -115,6 +115,8 @@ class Scope:
     node: ast.AST
     parent: Scope | None
     names: dict[str, list[Binding]] = field(default_factory=dict)
+    nodes: list[ast.AST] = field(default_factory=list)
+    """Its own nodes (`_own_nodes`), walked once."""
 
     @property
     def label(self) -> str:
@@ -135,8 +137,7 @@ SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Cla
 
 
 def _own_nodes(scope_node: ast.AST):
-    """The nodes of a scope, not descending into nested scopes (whose names, arguments and
-    defaults are yielded: they are evaluated or bound here)."""
+    """The nodes of a scope: a nested scope's node is yielded (its name is bound here), not its contents."""
     stack = list(ast.iter_child_nodes(scope_node))
     while stack:
         node = stack.pop()
@@ -161,10 +162,10 @@ class Analysis:
 
     # -------------------------------------------------------------------- scopes and bindings
     def _build(self, node: ast.AST, parent: Scope | None) -> None:
-        scope = Scope(node, parent)
+        scope = Scope(node, parent, nodes=list(_own_nodes(node)))
         self.scopes[node] = scope
         self._bind_arguments(node, scope)
-        for child in _own_nodes(node):
+        for child in scope.nodes:
             self._bind(child, scope)
             if isinstance(child, SCOPES):
                 self._build(child, scope)
@@ -226,7 +227,7 @@ class Analysis:
                     if not all(self.binding_fresh(b, scope) for b in scope.names[name]):
                         self.fresh[scope].discard(name)
                         changed = True
-                if node in self.fresh_returns and not all(self.is_fresh(r, scope) for r in _returns(node)):
+                if node in self.fresh_returns and not all(self.is_fresh(r, scope) for r in _returns(scope)):
                     self.fresh_returns.discard(node)
                     changed = True
 
@@ -317,9 +318,12 @@ class Analysis:
             return any(self.may_iterate(x, scope, seen) for x in e.elts)
         if isinstance(e, ast.Dict):
             return any(self.may_iterate(x, scope, seen) for x in e.values)
-        if isinstance(e, (ast.IfExp, ast.BoolOp, ast.NamedExpr, ast.Subscript, ast.Starred)):
-            parts = {ast.IfExp: lambda: [e.body, e.orelse], ast.BoolOp: lambda: e.values}.get(type(e), lambda: [e.value])()
-            return any(self.may_iterate(x, scope, seen) for x in parts)
+        if isinstance(e, ast.IfExp):
+            return self.may_iterate(e.body, scope, seen) or self.may_iterate(e.orelse, scope, seen)
+        if isinstance(e, ast.BoolOp):
+            return any(self.may_iterate(x, scope, seen) for x in e.values)
+        if isinstance(e, (ast.NamedExpr, ast.Subscript, ast.Starred)):  # its value, or an element of it
+            return self.may_iterate(e.value, scope, seen)
         if isinstance(e, ast.Name):
             owner = scope.owner(e.id)
             if owner is None or (e.id, owner.node) in seen:
@@ -333,15 +337,17 @@ class Analysis:
             for b in owner.names[e.func.id]:
                 if b.kind == "def" and b.expr not in seen and b.expr in self.scopes:
                     inner = self.scopes[b.expr]
-                    if any(self.may_iterate(r, inner, seen | {b.expr}) for r in _returns(b.expr)):
+                    if any(self.may_iterate(r, inner, seen | {b.expr}) for r in _returns(inner)):
                         return True
         return False
 
 
-def _bind_target(scope: Scope, target: ast.AST, value: ast.AST | None) -> None:
+def _bind_target(scope: Scope, target: ast.AST, value: ast.AST | Binding | None) -> None:
     """Bind the names of an assignment target; ``a, b = x, y`` pairs the elements."""
     if isinstance(target, ast.Name):
-        scope.bind(target.id, value if isinstance(value, Binding) else Binding("value", value) if value else Binding("other"))
+        if not isinstance(value, Binding):
+            value = Binding("value", value) if value is not None else Binding("other")
+        scope.bind(target.id, value)
     elif isinstance(target, (ast.Tuple, ast.List)):
         paired = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) and \
             not any(isinstance(t, ast.Starred) for t in target.elts)
@@ -357,10 +363,10 @@ def _iterated(iterable: ast.AST) -> Binding:
     return Binding("number" if ranged else "other")
 
 
-def _returns(node: ast.AST) -> list[ast.AST | None]:
-    if isinstance(node, ast.Lambda):
-        return [node.body]
-    found = [n.value or ast.Constant(None) for n in _own_nodes(node) if isinstance(n, ast.Return)]
+def _returns(scope: Scope) -> list[ast.AST]:
+    if isinstance(scope.node, ast.Lambda):
+        return [scope.node.body]
+    found = [n.value or ast.Constant(None) for n in scope.nodes if isinstance(n, ast.Return)]
     return found or [ast.Constant(None)]
 
 
@@ -407,8 +413,8 @@ def problems(tree: ast.Module) -> dict[ast.AST, str]:
     """Every node that changes a value not created in its call, with the reason."""
     analysis = Analysis(tree)
     found: dict[ast.AST, str] = {}
-    for node, scope in analysis.scopes.items():
-        for child in _own_nodes(node):
+    for scope in analysis.scopes.values():
+        for child in scope.nodes:
             for where, reason in _changes(child, scope, analysis):
                 if reason:
                     found.setdefault(where, reason)
