@@ -134,6 +134,33 @@ STATEFUL = {  # name: (code, regex of the reason)
         "def make():\n    ticks = zip(range(10 ** 6))\n    def tick():\n        for t in ticks:\n            return t[0]\n"
         "        return 0\n    return tick\n\nTICK = make()\n\n" + DEF + "    return float(TICK())\n",
         r"'ticks' is an iterator of the enclosing function 'make': consuming it from function 'tick' changes it"),
+    "sorts a view of its argument": (
+        DEF + "    h = next_state[0:4]\n    h.sort()\n    return float(h[0]) / 1e4\n",
+        r"the mutating method 'h.sort' changes 'h', which may refer to a value not created in this call "
+        r"\(it is bound to 'next_state\[0:4\]'\)"),
+    "max returns one of its arguments": (
+        "A = []\nB = [0]\n\n" + DEF + "    c = max(A, B, key=len)\n    c.append(1)\n    return float(len(c))\n",
+        r"the mutating method 'c.append' changes 'c', which may refer to a value not created in this call "
+        r"\(it is bound to 'max\(A, B, key=len\)'\)"),
+    "sum of nothing returns its start": (
+        "ACC = []\n\n" + DEF + "    c = sum([], ACC)\n    c += [action]\n    return float(len(c))\n",
+        r"augmented assignment 'c \+=' changes 'c', which may refer to a value not created in this call"),
+    "dict.get returns the stored list": (
+        "MEMO = {0: []}\n\n" + DEF + "    c = MEMO.get(0, [])\n    c.append(action)\n    return float(len(c))\n",
+        r"the mutating method 'c.append' changes 'c', which may refer to a value not created in this call "
+        r"\(it is bound to 'MEMO.get\(0, \[\]\)'\)"),
+    "np.array without a copy": (
+        HEAD + "ACC = np.zeros(1)\n\n" + DEF + "    c = np.array(ACC, copy=False)\n    c += 1.0\n    return float(c[0])\n",
+        r"augmented assignment 'c \+=' changes 'c', which may refer to a value not created in this call"),
+    "nan_to_num in place": (
+        HEAD + "ACC = np.zeros(1)\n\n" + DEF + "    np.nan_to_num(ACC, copy=False)\n    return 0.0\n",
+        r"'np.nan_to_num' writing into an array changes 'ACC', " + MODULE),
+    "np.float64 of an array is the array": (
+        HEAD + "ACC = np.zeros(1)\n\n" + DEF + "    c = np.float64(ACC)\n    c += 1.0\n    return float(c[0])\n",
+        r"augmented assignment 'c \+=' changes 'c', which may refer to a value not created in this call"),
+    "walrus receiver": (
+        "SEEN = []\n\n" + DEF + "    (c := SEEN).append(action)\n    return float(len(c))\n",
+        r"the mutating method '\(c := SEEN\).append' changes '\(c := SEEN\)', which is not a variable"),
     "change at module level": (
         "W = [1.0, 2.0]\nW[0] = 3.0\n\n" + DEF + "    return W[0]\n",
         r"item assignment 'W\[0\]' at module level is not allowed: module-level values must stay constant"),
@@ -181,7 +208,12 @@ def test_stateful_programs_are_each_refused_with_their_reason(tmp_path):
         assert not check.ok and re.search(expected, check.reason), (name, check.reason)
 
 
-LOCAL = HEAD + """def helper(x):
+LOCAL = HEAD + """import math
+from numpy import zeros
+
+BASE = -1.0
+
+def helper(x):
     out = [0.0, 0.0]
     out[0] = x
     return out
@@ -202,9 +234,15 @@ def reward(current_state, action, next_state):
     pair[1] += 1.0
     for i in range(2):
         i += 1
-    r = 0.0
-    r += sum(seen) / 1e4 + counts[action] + grid.sum() + h[0] / 1e4 + pair[1]
-    return float(r)
+    z = zeros(2)
+    z[action] = 1.0
+    v = [] if action else [0.0]
+    v.append(1.0)
+    r = BASE
+    r += sum(seen) / 1e4 + counts[action] + grid.sum() + h[0] / 1e4 + pair[1] + z.sum() + sum(v)
+    best = -math.inf
+    best = max(best, r)
+    return float(best)
 """
 
 
