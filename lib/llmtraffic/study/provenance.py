@@ -132,8 +132,8 @@ def hardware() -> dict:
 
 def speed_reference(repeats: int = 3) -> dict[str, float]:
     """This machine's speed on two fixed workloads, on one torch thread, best of ``repeats``
-    (about a second in all), so that run times measured on different days can be compared:
-    the same work took 36.2 minutes on one day's machine and 18.5 on another's.
+    (about a second in all), so that run times measured on different days can be compared: the
+    same work can take twice as long on one day's machine as on another's (docs/performance.md).
 
     ``small_ops_us``: one step of small tensor operations shaped like a decoding step of the
     OracleTSC surrogate (a batched matmul of 5 stacked models, a softmax over its vocabulary, an
