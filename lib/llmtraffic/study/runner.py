@@ -115,7 +115,7 @@ def prepare_data(plans: list[Plan], quiet: bool = False) -> dict[str, str]:
     for p in plans:
         lacking = sorted({prefix for prefix in p.data for path in missing if is_under(path, prefix)})
         if lacking:
-            skipped[p.stem] = f"its data is missing ({', '.join(lacking)}); see the data message above"
+            skipped[p.stem] = f"its data is missing ({', '.join(lacking)}): run `make data` with network, or set LLMTRAFFIC_DATA"
     print(f"{report.problem()}\nSkipped, since they need these files: {', '.join(skipped)}. "
           "The other notebooks run.", file=sys.stderr)
     return skipped
