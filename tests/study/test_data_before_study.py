@@ -15,6 +15,7 @@ import nbformat
 import pytest
 
 from llmtraffic.study import data as study_data
+from llmtraffic.study import runner
 from llmtraffic.study.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +112,23 @@ def test_every_notebook_declares_its_data():
         study_data.notebook_needs(nb)  # raises for a folder that holds no file of the manifest
 
 
+def test_a_conditional_declaration_needs_its_folder_only_when_a_parameter_holds_the_value():
+    needs = (study_data.Need("always"), study_data.Need("col", ("cologne1",)), study_data.Need("hz", ("hangzhou1x1", "hz_sumo")))
+    assert study_data.folders_for(needs, {"scenarios": ["synthetic"]}) == ("always",)
+    assert study_data.folders_for(needs, {"scenarios": ["cologne1"], "twins": {"x": "hz_sumo"}}) == ("always", "col", "hz")
+    assert study_data.folders_for(needs, {"backbones": {"hangzhou1x1": "surrogate-tiny"}}) == ("always", "hz")  # keys count
+    assert study_data.folders_for(needs, {"label": "cologne1-ish"}) == ("always",)  # whole values only
+    # the real notebooks: tsc_main's smoke profile runs on the synthetic intersection and needs no data
+    nb = ROOT / "notebooks" / "tsc_main.ipynb"
+    [smoke] = runner.plan([nb], "smoke", ROOT / "params")
+    [quick] = runner.plan([nb], "quick", ROOT / "params")
+    assert smoke.data == () and quick.data == ("libsignal/cologne1", "libsignal/hangzhou_1x1_bc-tyc_18041610_1h")
+
+
 def test_a_malformed_declaration_stops_before_anything_runs(study, tmp_path, capsys):
     _notebook(tmp_path / "notebooks", "fx_bad", ["fx/nowhere"], "pass")
     assert study("--only", "fx_bad") == 2
     assert "fx_bad.ipynb: metadata llmtraffic.data names 'fx/nowhere', which holds no file" in capsys.readouterr().err
+    _notebook(tmp_path / "notebooks", "fx_bad", [{"folder": "fx/net", "when": "cologne1"}], "pass")
+    assert study("--only", "fx_bad") == 2
+    assert "entry {'folder': 'fx/net', 'when': 'cologne1'} is not a folder or {folder, when: [values]}" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -307,22 +307,62 @@ def files_under(prefixes: Iterable[str]) -> list[DataFile]:
     return [f for f in manifest() if any(is_under(f.path, p) for p in prefixes)]
 
 
-def notebook_needs(notebook: Path) -> tuple[str, ...]:
-    """The data a notebook declares in its metadata, ``{"llmtraffic": {"data": [folder, ...]}}``:
-    the runner fetches them before it starts and, while it runs, :func:`llmtraffic.paths.data_path`
-    refuses any other data file (so a declaration that misses a file fails the smoke run).
-    A notebook without the key needs no data. Raises :class:`ValueError` for a malformed one."""
+@dataclass(frozen=True)
+class Need:
+    """A data folder a notebook declares, needed always or only ``when`` a parameter takes one of those values."""
+
+    folder: str
+    when: tuple[str, ...] = ()
+
+
+def notebook_needs(notebook: Path) -> tuple[Need, ...]:
+    """The data a notebook declares in its metadata ``llmtraffic.data``: a list whose entries are a
+    folder of the data directory (always needed) or ``{"folder": F, "when": [value, ...]}`` (needed
+    when any parameter, nested ones included, holds one of the values, e.g. a scenario name).
+
+    The runner fetches what the parameters need (:func:`folders_for`) before the notebook starts
+    and, while it runs, :func:`llmtraffic.paths.data_path` refuses any other data file, so a
+    declaration that misses a file fails the smoke run instead of guessing. A notebook without
+    the key needs no data. Raises :class:`ValueError` for a malformed declaration."""
     import nbformat
 
-    meta = nbformat.read(str(notebook), as_version=4).metadata.get("llmtraffic", {})
-    needs = meta.get("data", [])
-    if not isinstance(needs, list) or not all(isinstance(p, str) and p for p in needs):
-        raise ValueError(f"{notebook.name}: metadata llmtraffic.data must be a list of data-directory folders, got {needs!r}")
-    for prefix in needs:
-        if not files_under([prefix]):
-            raise ValueError(f"{notebook.name}: metadata llmtraffic.data names {prefix!r}, which holds no file of "
-                             "the data manifest (llmtraffic.study.data.FILES)")
+    entries = nbformat.read(str(notebook), as_version=4).metadata.get("llmtraffic", {}).get("data", [])
+    example = '["busholding/pkl/data_case2", {"folder": "libsignal/cologne1", "when": ["cologne1"]}]'
+    if not isinstance(entries, list):
+        raise ValueError(f"{notebook.name}: metadata llmtraffic.data must be a list such as {example}, got {entries!r}")
+    needs = []
+    for entry in entries:
+        if isinstance(entry, str):
+            entry = {"folder": entry}
+        when = entry.get("when", []) if isinstance(entry, dict) else None
+        if (not isinstance(entry, dict) or set(entry) - {"folder", "when"} or not isinstance(entry.get("folder"), str)
+                or not isinstance(when, list) or not all(isinstance(v, str) for v in when)):
+            raise ValueError(f"{notebook.name}: metadata llmtraffic.data entry {entry!r} is not a folder or "
+                             f"{{folder, when: [values]}} (e.g. {example})")
+        if not files_under([entry["folder"]]):
+            raise ValueError(f"{notebook.name}: metadata llmtraffic.data names {entry['folder']!r}, which holds no "
+                             "file of the data manifest (llmtraffic.study.data.FILES)")
+        needs.append(Need(entry["folder"], tuple(when)))
     return tuple(needs)
+
+
+def _strings(value: object) -> Iterator[str]:
+    """Every string inside ``value`` (mapping keys and values, list items, nested)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def folders_for(needs: Iterable[Need], params: dict) -> tuple[str, ...]:
+    """The declared folders that a notebook run with ``params`` (every value, defaults included) needs."""
+    held = set(_strings(params))
+    return tuple(dict.fromkeys(n.folder for n in needs if not n.when or held & set(n.when)))
 
 
 def check(dest: Path | None = None) -> list[str]:

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from ..paths import NEEDS_ENV, is_under
 from . import findings, gallery, provenance
 from .atomic import atomic_write_text, folder_lock
-from .data import ensure, files_under, notebook_needs
+from .data import ensure, files_under, folders_for, notebook_needs
 from .params import ParamError, check_profile, differences, load_profile, notebook_parameters, validate
 from .paths import ROOT, figures_dir, runs_dir
 from .preflight import ResourceError, check_settings, resource_problems
@@ -53,7 +53,7 @@ class Plan:
     full: dict[str, Any] = field(default_factory=dict)
     """Every parameter's value, defaults included (what the pre-flight checks see)."""
     data: tuple[str, ...] = ()
-    """The data folders the notebook declares (:func:`~llmtraffic.study.data.notebook_needs`)."""
+    """The data folders the notebook needs with these parameters (:func:`~llmtraffic.study.data.notebook_needs`)."""
 
 
 @dataclass
@@ -91,7 +91,7 @@ def plan(
         full = {**{k: p.default for k, p in declared.items()}, **values}
         check_settings(nb.stem, full)
         try:
-            needs = notebook_needs(nb)
+            needs = folders_for(notebook_needs(nb), full)
         except ValueError as err:
             raise ParamError(str(err)) from None
         plans.append(Plan(nb.stem, nb, values, differences(declared, base, values), full, needs))
