@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from tqdm.auto import tqdm
 
-from ..paths import NEEDS_ENV, is_under
+from ..paths import DATA_ENV, NEEDS_ENV, is_under
 from . import findings, gallery, provenance
 from .atomic import atomic_write_text, folder_lock
 from .data import ensure, files_under, folders_for, notebook_needs
@@ -110,12 +110,11 @@ def prepare_data(plans: list[Plan], quiet: bool = False) -> dict[str, str]:
         if not quiet:
             print(report.summary(), file=sys.stderr)
         return {}
-    missing = report.missing
     skipped = {}
     for p in plans:
-        lacking = sorted({prefix for prefix in p.data for path in missing if is_under(path, prefix)})
+        lacking = sorted({prefix for prefix in p.data for path in report.missing if is_under(path, prefix)})
         if lacking:
-            skipped[p.stem] = f"its data is missing ({', '.join(lacking)}): run `make data` with network, or set LLMTRAFFIC_DATA"
+            skipped[p.stem] = f"its data is missing ({', '.join(lacking)}): run `make data` with network, or set {DATA_ENV}"
     print(f"{report.problem()}\nSkipped, since they need these files: {', '.join(skipped)}. "
           "The other notebooks run.", file=sys.stderr)
     return skipped
