@@ -38,8 +38,10 @@ lab: $(STAMP)
 data: $(STAMP)
 	$(PY) -m llmtraffic.study data
 
+# Every benchmark runs to the end (a failure is reported, the rest still run; exit 1 if any failed);
+# what they print becomes the generated section of docs/performance.md.
 bench: $(STAMP)
-	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) -m llmtraffic.study bench $(ARGS)
 
 clean-runs:
 	rm -rf runs/

@@ -1,4 +1,4 @@
-"""``python -m llmtraffic.study {list,run,data,gallery}``.
+"""``python -m llmtraffic.study {list,run,data,gallery,bench}``.
 
 Exit status of ``run``: 0 all notebooks succeeded; 1 a notebook failed; 2 a setting that can
 never work (unknown profile or parameter, wrong type or range, malformed YAML, unknown LLM
@@ -6,6 +6,9 @@ backend, a key given twice, uncommitted code without --allow-dirty); 3 a resourc
 LLM endpoint, a backbone without local weights or GPU), and nothing was executed; or data that
 could not be fetched, and the notebooks that need no such data ran (the summary lists the skipped ones).
 Exit status of ``data``: 0 the data directory is complete; 1 files are missing (``--keep-going``: 0).
+Exit status of ``bench``: 0 every benchmark succeeded; 1 one failed or ran past its limit (the
+others still ran, and the page shows which); 2 a setting that can never work (a malformed
+``BENCH_*`` declaration, no benchmark matched, the page lacks its markers), and nothing ran.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import data, gallery, provenance, runner
+from . import bench, data, gallery, provenance, runner
 from .params import DEFAULT_PROFILE, PROFILES, ParamError, load_profile, merge_settings, notebook_parameters
 from .paths import ROOT, data_dir
 from .preflight import ResourceError
@@ -76,6 +79,21 @@ def _data(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    doc = None if args.only or args.no_write else args.doc
+    try:
+        results = bench.run(args.benchmarks, doc, args.only, args.timeout)
+    except bench.BenchError as err:
+        print(f"error: {err}\nNothing was run.", file=sys.stderr)
+        return 2
+    failed = [r for r in results if not r.ok]
+    print(f"{len(results) - len(failed)} of {len(results)} benchmarks succeeded; "
+          + (f"written into {doc}" if doc else "no page written (--only or --no-write)"))
+    for r in failed:
+        print(f"FAILED {r.spec.path.name}: {r.status}" + (f": {r.stderr[-1]}" if r.stderr else ""), file=sys.stderr)
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llmtraffic.study", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,8 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--keep-going", action="store_true",
                        help="exit 0 when files cannot be fetched (make test: the tests that need no data still run)")
     sub.add_parser("gallery", help="regenerate figures/README.md")
+    b = sub.add_parser("bench", help="run benchmarks/*.py to the end; write their output into docs/performance.md")
+    b.add_argument("--benchmarks", type=Path, default=bench.BENCHMARKS, help="folder of benchmark scripts")
+    b.add_argument("--doc", type=Path, default=bench.DOC, help="page whose generated section is replaced")
+    b.add_argument("--only", nargs="+", action="extend", metavar="GLOB",
+                   help="run only benchmarks whose stem matches (the page is then left as it was)")
+    b.add_argument("--timeout", type=float, default=None,
+                   help=f"seconds per benchmark, for all of them (default: each one's BENCH_TIMEOUT_S, else {bench.DEFAULT_TIMEOUT_S:g})")
+    b.add_argument("--no-write", action="store_true", help="only run and print")
     args = parser.parse_args(argv)
     if args.command == "gallery":
         print(gallery.write())
         return 0
-    return {"list": _list, "run": _run, "data": _data}[args.command](args)
+    return {"list": _list, "run": _run, "data": _data, "bench": _bench}[args.command](args)
