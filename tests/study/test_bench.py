@@ -62,13 +62,14 @@ def test_a_failing_benchmark_does_not_stop_the_others_and_the_exit_says_so(tmp_p
     text = doc.read_text()
     assert text.startswith(HEAD + bench.BEGIN) and text.endswith(bench.END + TAIL)
     assert "old generated text" not in text
-    assert "| [`a_bad.py`](#a-bad) | defaults | failed (exit 3) |" in text
-    assert "| [`b_ok.py`](#b-ok) | `--rows 2` | ok |" in text
-    assert "| [`c_slow.py`](#c-slow) | defaults | timed out after 1 s |" in text
+    assert "| [`a_bad.py`](#a_bad) | defaults | failed (exit 3) |" in text
+    assert "| [`b_ok.py`](#b_ok) | `--rows 2` | ok |" in text
+    assert "| [`c_slow.py`](#c_slow) | defaults | timed out after 1 s |" in text
     assert "argv ['--rows', '2']" in text  # the declared arguments reached the script, ran after the failure
     assert "boom: engine is None" in text  # a failure's standard error is shown
     assert "started" in text and "never" not in text  # an overrun keeps what it printed
     assert "3 benchmarks, one at a time: 1 ok, 2 failed or timed out" in text
+    assert "torch CPU kernels " in text
     assert "1.0 µs per small-op step, 2.0 GFLOP/s" in text
     assert "FAILED a_bad.py: failed (exit 3): boom: engine is None" in capsys.readouterr().err
 

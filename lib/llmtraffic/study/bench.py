@@ -169,7 +169,7 @@ def machine(root: Path = ROOT) -> dict:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpus": hw["cpus"], "cpu_model": provenance.cpu_model(), "memory_gb": hw["memory_gb"],
         "load": round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None,
-        "python": sys.version.split()[0],
+        "python": sys.version.split()[0], "torch_kernels": hw["torch_cpu_kernels"],
     }
 
 
@@ -193,7 +193,8 @@ def _header(info: dict, results: list[Result], wall_s: float) -> str:
            if speed else "")
     failed = sum(not r.ok for r in results)
     return (f"Commit {commit}{tree}, {info['date']}, on {info['cpus']} cores ({info['cpu_model']}), "
-            f"{info['memory_gb']} GB memory, load average {info['load']} at the start{ref}; Python {info['python']}. "
+            f"{info['memory_gb']} GB memory, load average {info['load']} at the start{ref}; Python {info['python']}, "
+            f"torch CPU kernels {info['torch_kernels']}. "
             f"{len(results)} benchmarks, one at a time: {len(results) - failed} ok, {failed} failed or timed out; "
             f"{wall_s:.0f} s in all.")
 
@@ -205,7 +206,7 @@ def render(results: list[Result], info: dict, wall_s: float | None = None) -> st
              "| benchmark | arguments | outcome | wall s |", "|---|---|---|---|"]
     for r in results:
         args = f"`{' '.join(r.spec.args)}`" if r.spec.args else "defaults"
-        lines.append(f"| [`{r.spec.path.name}`](#{r.spec.path.stem.replace('_', '-')}) | {args} | {r.status} | {r.seconds:.1f} |")
+        lines.append(f"| [`{r.spec.path.name}`](#{r.spec.path.stem.lower()}) | {args} | {r.status} | {r.seconds:.1f} |")
     for r in results:
         lines += ["", f"### {r.spec.path.stem}", ""]
         if r.spec.about:
@@ -229,7 +230,7 @@ def run(folder: Path = BENCHMARKS, doc: Path | None = DOC, only: list[str] | Non
     start = time.monotonic()
     results = []
     for spec in specs:
-        print(f"== {spec.path.name} {' '.join(spec.args)} (limit {spec.timeout_s:g} s)", flush=True)
+        print(f"== {' '.join([spec.path.name, *spec.args])} (limit {spec.timeout_s:g} s)", flush=True)
         results.append(run_one(spec))
         print(f"== {spec.path.name}: {results[-1].status}, {results[-1].seconds:.1f} s", flush=True)
     wall_s = time.monotonic() - start
