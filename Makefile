@@ -1,6 +1,8 @@
 # Two commands do everything on a fresh machine (Python 3.11 + pip; cmake and a C++ compiler for CityFlow):
-#   make study   run every notebook at the default profile (quick), regenerating figures/
-#   make test    run the whole test suite, including a smoke run of every notebook
+#   make study   fetch the data the notebooks declare, then run every notebook at the default profile (quick)
+#   make test    fetch the data, then run the whole test suite, including a smoke run of every notebook
+# Both fetch with the step of `make data` (sha256-verified; files present and verified are not fetched
+# again). Without network they say so once, naming the files and the remedies, and run what needs none.
 # The venv step also builds CityFlow (pinned; from ../shared/vendor when present, else from its
 # public repository), which Hangzhou 1x1 runs on; without a C++ toolchain it says so and SUMO works.
 PYTHON ?= python3
@@ -24,7 +26,10 @@ venv: $(STAMP)
 study: $(STAMP)
 	$(PY) -m llmtraffic.study run --profile $(PROFILE) $(ARGS)
 
+# The tests read ../shared/data when it lies beside the checkout (tests/conftest.py): fetch into the same place.
+test: export LLMTRAFFIC_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data))
 test: $(STAMP)
+	$(PY) -m llmtraffic.study data --keep-going
 	$(PY) -m pytest $(ARGS)
 
 lab: $(STAMP)
@@ -33,8 +38,10 @@ lab: $(STAMP)
 data: $(STAMP)
 	$(PY) -m llmtraffic.study data
 
+# Every benchmark runs to the end (a failure is reported, the rest still run; exit 1 if any failed);
+# what they print becomes the generated section of docs/performance.md.
 bench: $(STAMP)
-	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) -m llmtraffic.study bench $(ARGS)
 
 clean-runs:
 	rm -rf runs/

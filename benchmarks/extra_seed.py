@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+BENCH_TIMEOUT_S = 600  # one quick agent: 21 s CPU, about 70 s on the shared 2-core machine
 
 
 def measure_agent(seed: int = 9001) -> tuple[float, float]:

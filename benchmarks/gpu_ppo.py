@@ -1,6 +1,6 @@
 """GPU memory and seconds per PPO update of OracleTSC's policy, at the paper's prompt length.
 
-One command, under 10 minutes on one GPU, fills the README's memory table:
+One command, under 10 minutes on one GPU, fills the memory table of docs/performance.md (On a GPU):
 
 1. **Prompts of the real length** (CPU): the paper's chat prompt (A.4 system prompt, A.5 states,
    the two most recent state–action pairs) built by the project's prompt code for Cologne1 and
@@ -208,8 +208,8 @@ def main() -> None:
     for (model, scenario), (tokens, how) in lengths.items():
         print(f"prompt length, {model} on {scenario}: {tokens} tokens ({how})")
     if not torch.cuda.is_available():
-        print("benchmarks/gpu_ppo.py: no CUDA device here, nothing measured (the lengths above are the "
-              "CPU-side part). Run it on one GPU to fill the README's memory table.", file=sys.stderr)
+        print("not measured: no GPU (no CUDA device here; the lengths above are the CPU-side part). "
+              "Run it on one GPU to fill the memory table of docs/performance.md.")
         sys.exit(0)
     print(f"device: {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).total_memory / GiB:.0f} GiB)")
     rows = [row for name in args.models for row in measure(name, lengths, args, deadline)]

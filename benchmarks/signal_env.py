@@ -18,6 +18,7 @@ import time
 import libsumo as ls
 
 from llmtraffic.signal import FixedTime, MaxPressure, SignalConfig, SignalEnv, load, run_episode
+from llmtraffic.signal.backends.cityflow import acquire, release
 from llmtraffic.signal.backends.sumo import clearance
 
 
@@ -53,9 +54,16 @@ def bare_episode(scenario, phases, tls: str, method: str, seed: int, cfg: Signal
 
 def bare_cityflow_episode(env: SignalEnv, method: str, seed: int, cfg: SignalConfig) -> None:
     """The same controller logic written directly against the CityFlow engine (the env's own)."""
-    env._stop()  # the env restarts its episode on its next reset
+    env._stop()  # the env gives its engine back and takes one again on its next reset
     sim = env.sim
-    eng, node, light, red, phases = sim.eng, sim.node, sim._light, sim._red, env.phases
+    eng, node, light, red, phases = acquire(sim.source), sim.node, sim._light, sim._red, env.phases
+    try:
+        _bare_cityflow_loop(eng, node, light, red, phases, method, seed, cfg)
+    finally:
+        release(sim.source, eng)
+
+
+def _bare_cityflow_loop(eng, node, light, red, phases, method: str, seed: int, cfg: SignalConfig) -> None:
     eng.reset()
     eng.set_random_seed(seed)
     eng.set_tl_phase(node, light[0])

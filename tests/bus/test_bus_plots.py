@@ -75,3 +75,22 @@ def test_validation_curves_draw_the_mean_over_agent_seeds_with_a_band():
     assert band.min() < 1007.0 - 5 and band.max() > 1009.0 + 5  # t-interval of (0, 10, 20) around the mean
     assert ax.lines[1].get_marker() != ax.lines[0].get_marker()
     plt.close("all")
+
+
+def test_loop_history_has_integer_iteration_ticks():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from llmtraffic.bus.reward_design.plots import plot_history
+
+    class History:  # the part of an Outcome that plot_history reads
+        def history(self):
+            return pd.DataFrame({"iteration": [0, 1, 2, 3], "valid": True, "accepted": [True, True, True, False],
+                                 "travel_time_s": [1618.0, 1538.0, 1396.0, 1714.0]})
+
+    fig, ax = plt.subplots()
+    plot_history(History(), ax=ax, label="paradigm")
+    fig.canvas.draw()
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    plt.close(fig)
+    assert ticks and all(float(t).is_integer() for t in ticks)

@@ -269,6 +269,11 @@ def test_the_allowed_surface_works_in_the_worker():
         "    return float(v / 1e4)\n"
     )
     assert validate_reward_code(code).ok
+    # ndarray methods numpy implements in Python import numpy._core._methods at their first call
+    methods = HEAD + ("    a = np.array(next_state) / 1e4\n"
+                      "    v = a.all() + a.any() + a.max() + a.min() + a.mean() + a.prod() + a.std() + a.sum() + a.var()\n"
+                      "    return float(v + a.clip(0.0, 1.0).sum() + np.eye(2).trace())\n")
+    assert validate_reward_code(methods) == (True, "ok")
     for attr in sorted(allowlist.NUMPY):
         assert hasattr(np, attr), f"numpy {np.__version__} has no {attr}: drop it from the allowlist"
     for attr in sorted(allowlist.LINALG):
@@ -326,15 +331,19 @@ def test_the_walk_finds_what_one_more_allowed_name_would_open(monkeypatch, extra
         test_no_allowed_attribute_chain_reaches_a_module_frame_or_file_function()
 
 
-def test_module_level_state_does_not_survive_a_call():
-    """A list at module level passes the static check, but every call runs in a fresh namespace."""
+def test_module_level_state_does_not_survive_a_call(tmp_path):
+    """A list at module level that the reward appends to: the static check refuses it, and sent
+    straight to a worker it still keeps nothing, since every call runs in a fresh namespace."""
     code = "SEEN = []\n\ndef reward(current_state, action, next_state):\n    SEEN.append(action)\n" \
            "    return float(len(SEEN))\n"
-    assert static_check(code).ok
+    assert re.search(r"the mutating method 'SEEN.append' changes 'SEEN', bound at module level", static_check(code).reason)
     s, a, n = example_transitions()[0]
-    with SandboxedReward(code) as reward:
-        assert [reward(s, a, n) for _ in range(5)] == [1.0] * 5
-        assert reward.batch(np.array([s] * 4), np.array([a] * 4), np.array([n] * 4)).tolist() == [1.0] * 4
+    worker = Worker(code, tmp_path)
+    try:
+        assert [worker.evaluate(s[None], np.array([a]), n[None], 5)[0] for _ in range(5)] == [1.0] * 5
+        assert worker.evaluate(np.array([s] * 4), np.array([a] * 4), np.array([n] * 4), 5).tolist() == [1.0] * 4
+    finally:
+        worker.close()
 
 
 def test_mutable_default_does_not_grow_even_past_the_static_check(tmp_path):

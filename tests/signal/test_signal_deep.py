@@ -54,7 +54,7 @@ def test_presslight_trains_through_the_same_loop_on_synthetic():
 def test_gae_by_hand():
     import numpy as np
 
-    from llmtraffic.rl.ippo import bootstrapped_gae
+    from llmtraffic.signal.ippo import bootstrapped_gae
 
     # γ = 0.5, λ = 1: δ2 = 1 + 0.5·4 − 2 = 1; δ1 = 0 + 0.5·2 − 1 = 0; A1 = 0 + 0.5·1 = 0.5
     adv, ret = bootstrapped_gae(np.array([0.0, 1.0], np.float32), np.array([1.0, 2.0], np.float32), 4.0, 0.5, 1.0)
@@ -63,7 +63,7 @@ def test_gae_by_hand():
 
 @pytest.mark.slow
 def test_ippo_learns_to_beat_fixed_time_on_cologne1():
-    from llmtraffic.rl.ippo import IPPO, IPPOConfig, train_ippo
+    from llmtraffic.signal.ippo import IPPO, IPPOConfig, train_ippo
 
     cfg = IPPOConfig(episodes=4)
     trained, history = train_ippo("cologne1", cfg)
@@ -77,7 +77,7 @@ def test_ippo_learns_to_beat_fixed_time_on_cologne1():
 def test_ippo_samples_reproducibly_after_reset_and_greedy_takes_the_argmax():
     import torch
 
-    from llmtraffic.rl.ippo import IPPO, IPPOConfig
+    from llmtraffic.signal.ippo import IPPO, IPPOConfig
 
     agent = IPPO(10, 2, IPPOConfig(hidden=(8,)))
     with torch.no_grad():

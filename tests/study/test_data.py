@@ -1,5 +1,6 @@
 import hashlib
 import http.server
+import socket
 import threading
 from functools import partial
 from pathlib import Path
@@ -50,23 +51,67 @@ def file_server(tmp_path):
     server.shutdown()
 
 
-def test_fetch_downloads_verifies_and_skips_present_files(file_server, tmp_path):
+def _files(**bodies: bytes) -> list:
+    return [study_data.DataFile(name, hashlib.sha256(body).hexdigest()) for name, body in bodies.items()]
+
+
+def test_ensure_fetches_missing_refetches_corrupted_and_skips_verified(file_server, tmp_path, monkeypatch):
     src, base = file_server
+    monkeypatch.setenv(study_data.MIRROR_ENV, base)
     (src / "a.txt").write_bytes(b"alpha")
     (src / "b.txt").write_bytes(b"beta")
-    files = [study_data.DataFile(name, hashlib.sha256(body).hexdigest()) for name, body in (("a.txt", b"alpha"), ("b.txt", b"beta"))]
     dest = tmp_path / "data"
-    url_of = lambda f: base + f.path  # noqa: E731
-    assert len(study_data.fetch(dest, files, url_of=url_of, log=lambda _: None)) == 2
-    assert (dest / "a.txt").read_bytes() == b"alpha"
-    assert study_data.fetch(dest, files, url_of=url_of, log=lambda _: None) == []  # already complete
+    dest.mkdir()
+    (dest / "b.txt").write_bytes(b"bet")  # corrupted: same name, wrong content
+    files = _files(**{"a.txt": b"alpha", "b.txt": b"beta"})
+    report = study_data.ensure(files, dest, progress=False)
+    assert report.fetched == ["a.txt", "b.txt"] and report.missing == [] and report.fetched_bytes == 9
+    assert (dest / "a.txt").read_bytes() == b"alpha" and (dest / "b.txt").read_bytes() == b"beta"
+    assert report.summary() == (f"data: fetched 2 files (0.0 MB) into {dest}, sha256 verified; "
+                                "0 were already present and verified")
+    (src / "a.txt").unlink()  # present and verified files are not asked for again
+    again = study_data.ensure(files, dest, progress=False)
+    assert again.fetched == [] and again.verified == ["a.txt", "b.txt"]
+    assert again.summary() == f"data: all 2 files present and verified in {dest}"
 
 
-def test_fetch_rejects_a_corrupted_download_and_writes_nothing(file_server, tmp_path):
+def test_ensure_writes_no_download_whose_checksum_differs(file_server, tmp_path, monkeypatch):
     src, base = file_server
+    monkeypatch.setenv(study_data.MIRROR_ENV, base)
     (src / "a.txt").write_bytes(b"tampered")
-    files = [study_data.DataFile("a.txt", hashlib.sha256(b"alpha").hexdigest())]
     dest = tmp_path / "data"
-    with pytest.raises(study_data.ChecksumError, match="a.txt: checksum"):
-        study_data.fetch(dest, files, url_of=lambda f: base + f.path, log=lambda _: None)
+    report = study_data.ensure(_files(**{"a.txt": b"alpha", "gone.txt": b"x"}), dest, progress=False)
+    assert report.missing == ["a.txt", "gone.txt"] and report.fetched == [] and report.unreachable == ""
+    assert "sha256 " + hashlib.sha256(b"tampered").hexdigest() in report.failed["a.txt"]
+    assert report.failed["gone.txt"] == f"HTTP 404 from {base}gone.txt"
     assert not dest.exists() or not any(dest.rglob("*"))
+
+
+def test_an_unreachable_source_is_tried_once_and_named_in_one_message(tmp_path, monkeypatch):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv(study_data.MIRROR_ENV, f"http://127.0.0.1:{port}/")
+    asked = []
+
+    def get(url):
+        asked.append(url)
+        return study_data._http_get(url)
+
+    files = _files(**{"libsignal/x/a.xml": b"a", "libsignal/x/b.xml": b"b", "busholding/c.pkl": b"c"})
+    report = study_data.ensure(files, tmp_path / "data", get=get, progress=False)
+    assert len(asked) == 1 and report.fetched == []
+    assert report.missing == ["busholding/c.pkl", "libsignal/x/a.xml", "libsignal/x/b.xml"]
+    text = report.problem()
+    assert text.startswith(f"data: 3 files are missing from the data directory {tmp_path / 'data'} "
+                           f"and the source is unreachable (http://127.0.0.1:{port}/libsignal/x/a.xml: ConnectError")
+    assert "  busholding/: c.pkl\n  libsignal/x/: a.xml, b.xml\n" in text
+    assert "run `make data`" in text and "set LLMTRAFFIC_DATA to a directory that already holds these files" in text
+
+
+def test_without_a_mirror_files_come_from_their_pinned_source(monkeypatch):
+    monkeypatch.delenv(study_data.MIRROR_ENV, raising=False)
+    [f] = study_data.files_under(["libsignal/cologne1/cologne1.sumocfg"])
+    assert study_data.mirror_url(f) == study_data.source_url(f.path)
+    assert len(study_data.files_under(["libsignal/cologne1"])) == 7
+    assert study_data.files_under(["libsignal/cologne"]) == []  # a folder, not a string prefix

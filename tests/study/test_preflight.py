@@ -54,7 +54,7 @@ def test_missing_key_variable_model_folder_and_cassettes(tmp_path, monkeypatch):
 
 def test_absent_backbone_names_what_to_do_and_the_surrogate_passes():
     from llmtraffic.signal import backbones
-    from llmtraffic.study import preflight
+    from llmtraffic.signal import preflight
 
     assert preflight.SURROGATE == backbones.SURROGATE
     assert resource_problems({"backbone": "surrogate-tiny"}) == []
@@ -97,3 +97,34 @@ def test_traces_table_of_no_evaluations_is_empty_not_a_key_error():
     table = traces_table({})
     assert table.empty and list(table.columns) == ["prompt", "answers", "phases"]
     assert traces_table({"x": {"unavailable": "needs local weights and a GPU (paper profile)"}}).empty
+
+
+def test_a_registered_check_sees_each_value_once_and_is_named_in_the_problem(monkeypatch):
+    from llmtraffic.study import preflight
+
+    seen = []
+
+    def problem(value: str) -> str | None:
+        seen.append(value)
+        return None if value == "ok" else "is not here: use ok"
+
+    monkeypatch.setattr(preflight, "_resources", {})
+    monkeypatch.setattr(preflight, "_loaded", True)  # this test's check only
+    preflight.register_resource("widget", ("widget", "widgets"), problem)
+    memo: dict = {}
+    params = {"widget": "a", "widgets": {"x": "ok", "y": "a", "z": 3}}
+    assert resource_problems(params, memo) == ["widget 'a' is not here: use ok"]
+    assert resource_problems({"widgets": ["a", "b"]}, memo) == ["widget 'a' is not here: use ok", "widget 'b' is not here: use ok"]
+    assert seen == ["a", "ok", "b"]  # memo: one check per value across notebooks
+
+
+def test_the_studies_register_their_checks_and_the_default_backbone_imports_no_torch():
+    """In a fresh interpreter: the harness finds both studies' checks without naming them."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from llmtraffic.study import preflight as p; "
+            "assert p.resource_problems({'backbone': 'surrogate-tiny', 'backbones': ['surrogate-tiny']}) == []; "
+            "print(sorted(p._resources), sorted(p._settings), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[0] == "['backbone'] ['designer'] False"

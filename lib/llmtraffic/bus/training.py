@@ -46,13 +46,12 @@ BUDGETS: dict[str, dict] = {
     "paper": dict(val_from=38, obs_scale=OBS_SCALE),
 }
 """The one DQN budget per profile shared by every bus notebook (``DQNConfig`` fields). ``quick``
-is the smallest budget measured to let RL-local and RL-global each lower case 1's headway SD
-against no holding with a 95 % CI that excludes zero (see the README's bus section); ``paper`` is
-the paper's protocol (§5.1: 5×400 MLP, 70 episodes × 200 updates, ε over 50 episodes). Both
-select among the checkpoints from ε ≤ 0.25 on (``val_from``), validated after every episode: with
-every checkpoint a candidate, RL-local's travel-time selection picked the one-episode network of
-an agent seed, which never holds (measured, 3 agent seeds: headway SD −6.4 ± 14.3 s against no
-holding when validating every second episode, −27.8 ± 19.0 s every episode)."""
+is the smallest budget that lets RL-local and RL-global each lower case 1's headway SD against no
+holding with a 95 % CI that excludes zero; ``paper`` is the paper's protocol (§5.1: 5×400 MLP,
+70 episodes × 200 updates, ε over 50 episodes). Both select among the checkpoints from ε ≤ 0.25
+on (``val_from``), validated after every episode: with every checkpoint a candidate, RL-local's
+travel-time selection picked the one-episode network of an agent seed, which never holds
+(docs/performance.md has the measurements)."""
 
 
 def budget(profile: str, **overrides) -> dict:

@@ -33,9 +33,9 @@ import pandas as pd
 from .. import study
 from ..study import stats
 from ..study.stats import Estimate, mean_ci
-from ..rl.ippo import IPPOConfig, train_ippo
 from .baselines import IDQN, DeepRLConfig, PressLight, train
 from .evaluation import evaluate_method
+from .ippo import IPPOConfig, train_ippo
 from .scenarios import load
 
 KINDS = {"IDQN": IDQN, "PressLight": PressLight}

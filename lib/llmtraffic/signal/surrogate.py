@@ -59,16 +59,15 @@ class SurrogateConfig:
     """AdamW learning rate of the supervised start (all weights)."""
     hidden: int = 96
     """Hidden size of the Qwen2-shaped model. 96 rather than 128 for the CPU budget of ``quick``:
-    measured on one 5-seed, 3-episode Table 2 row alone, 279 CPU-s against 350 (training 153 s
-    against 195); before fine-tuning on Hangzhou it queued 92.2 vehicles (5.1 % invalid answers)
-    against 99.6 at 128."""
+    a fifth less CPU time per fine-tune, and no worse a policy before fine-tuning on Hangzhou
+    (docs/performance.md has the measurements)."""
     layers: int = 2
     """Decoder layers."""
     vocab_size: int = 384
     """BPE vocabulary target (256 bytes + merges + 3 special tokens)."""
     surface_forms: tuple[str, ...] = ("tag", "tag_lower", "sentence")
     """How supervised answers name their phase, one form drawn uniformly per answer
-    (:data:`SURFACE_FORMS`); ``("tag",)`` makes the answer one token, as before issue 15, so
+    (:data:`SURFACE_FORMS`); ``("tag",)`` makes the answer one token, so
     semantic and token-level entropy coincide."""
     seed: int = 0
     """Seeds the model initialisation, labels and batches."""

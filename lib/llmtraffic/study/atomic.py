@@ -3,6 +3,8 @@
 - :func:`atomic_write` writes one file through a temporary file in the same folder, then renames
   it into place: a reader or a crash sees the old file or the new one, never half of one, and a
   failure leaves no temporary file behind.
+- :func:`write_section` replaces the generated block between two marker lines of a hand-written
+  file (the README's findings, the benchmarks' part of docs/performance.md) and nothing else.
 - :func:`write_unit` writes several files that belong together (a figure's PNG, SVG and its
   provenance sidecar) under an exclusive lock on their folder, all content rendered before the
   first rename: two processes racing on the same unit leave the files of one of them, never data
@@ -50,6 +52,28 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode())
+
+
+def section_problem(path: str | os.PathLike, begin: str, end: str) -> str | None:
+    """Why ``path`` cannot take a generated block between ``begin`` and ``end`` (None: it can)."""
+    path = Path(path)
+    if not path.is_file():
+        return f"{path} does not exist"
+    text = path.read_text()
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        return f"{path} lacks the generated-section markers, once each and in this order: {begin!r} … {end!r}"
+    return None
+
+
+def write_section(path: str | os.PathLike, begin: str, end: str, block: str) -> Path:
+    """Replace the lines from ``begin`` to ``end`` (the markers included) of ``path`` by ``block``,
+    which starts with ``begin`` and ends with ``end``; the rest of the file stays as it was.
+    Raises ValueError, writing nothing, when the markers are missing, repeated or out of order."""
+    problem = section_problem(path, begin, end)
+    if problem:
+        raise ValueError(problem)
+    head, rest = Path(path).read_text().split(begin, 1)
+    return atomic_write_text(path, head + block + rest.split(end, 1)[1])
 
 
 @contextmanager

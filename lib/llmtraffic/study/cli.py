@@ -1,9 +1,14 @@
-"""``python -m llmtraffic.study {list,run,data,gallery,verdicts}``.
+"""``python -m llmtraffic.study {list,run,data,gallery,bench,verdicts}``.
 
 Exit status of ``run``: 0 all notebooks succeeded; 1 a notebook failed; 2 a setting that can
 never work (unknown profile or parameter, wrong type or range, malformed YAML, unknown LLM
 backend, a key given twice, uncommitted code without --allow-dirty); 3 a resource the settings ask for is missing here (an unreachable
-LLM endpoint, a backbone without local weights or GPU). On 2 and 3 nothing was executed.
+LLM endpoint, a backbone without local weights or GPU), and nothing was executed; or data that
+could not be fetched, and the notebooks that need no such data ran (the summary lists the skipped ones).
+Exit status of ``data``: 0 the data directory is complete; 1 files are missing (``--keep-going``: 0).
+Exit status of ``bench``: 0 every benchmark succeeded; 1 one failed or ran past its limit (the
+others still ran, and the page shows which); 2 a setting that can never work (a malformed
+``BENCH_*`` declaration, no benchmark matched, the page lacks its markers), and nothing ran.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import claims, data, gallery, provenance, runner
+from . import bench, claims, data, gallery, provenance, runner
 from .params import DEFAULT_PROFILE, PROFILES, ParamError, load_profile, merge_settings, notebook_parameters
 from .paths import ROOT, data_dir
 from .preflight import ResourceError
@@ -48,11 +53,15 @@ def _run(args) -> int:
     except ResourceError as err:
         print(f"error: missing here:\n{err}\nNothing was executed.", file=sys.stderr)
         return 3
-    failed = [o for o in outcomes if not o.ok]
-    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} notebooks succeeded; figures: {gallery.write()}")
+    failed = [o for o in outcomes if not o.ok and not o.skipped]
+    skipped = [o for o in outcomes if o.skipped]
+    print(f"{len(outcomes) - len(failed) - len(skipped)} of {len(outcomes)} notebooks succeeded"
+          + (f", {len(skipped)} skipped" if skipped else "") + f"; figures: {gallery.write()}")
     for o in failed:
         print(f"FAILED {o.error} (executed notebook: {o.output})", file=sys.stderr)
-    return 1 if failed else 0
+    for o in skipped:
+        print(f"SKIPPED {o.error}", file=sys.stderr)
+    return 1 if failed else 3 if skipped else 0
 
 
 def _data(args) -> int:
@@ -62,9 +71,27 @@ def _data(args) -> int:
             print(p)
         print("data directory complete" if not problems else f"{len(problems)} problems in {data_dir()}; run `make data`")
         return 1 if problems else 0
-    placed = data.fetch()
-    print(f"{len(placed)} files downloaded; data directory {data_dir()} is complete")
+    report = data.ensure()
+    if report.missing:
+        print(report.problem(), file=sys.stderr)
+        return 0 if args.keep_going else 1
+    print(report.summary())
     return 0
+
+
+def _bench(args) -> int:
+    doc = None if args.only or args.no_write else args.doc
+    try:
+        results = bench.run(args.benchmarks, doc, args.only, args.timeout)
+    except bench.BenchError as err:
+        print(f"error: {err}\nNothing was run.", file=sys.stderr)
+        return 2
+    failed = [r for r in results if not r.ok]
+    print(f"{len(results) - len(failed)} of {len(results)} benchmarks succeeded; "
+          + (f"written into {doc}" if doc else "no page written (--only or --no-write)"))
+    for r in failed:
+        print(f"FAILED {r.spec.path.name}: {r.status}" + (f": {r.stderr[-1]}" if r.stderr else ""), file=sys.stderr)
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--timeout", type=float, default=None, help="seconds before a notebook is killed")
     check = sub.add_parser("data", help="download the public data sets into $LLMTRAFFIC_DATA")
     check.add_argument("--check", action="store_true", help="only verify presence and checksums")
+    check.add_argument("--keep-going", action="store_true",
+                       help="exit 0 when files cannot be fetched (make test: the tests that need no data still run)")
     sub.add_parser("gallery", help="regenerate figures/README.md")
+    b = sub.add_parser("bench", help="run benchmarks/*.py to the end; write their output into docs/performance.md")
+    b.add_argument("--benchmarks", type=Path, default=bench.BENCHMARKS, help="folder of benchmark scripts")
+    b.add_argument("--doc", type=Path, default=bench.DOC, help="page whose generated section is replaced")
+    b.add_argument("--only", nargs="+", action="extend", metavar="GLOB",
+                   help="run only benchmarks whose stem matches (the page is then left as it was)")
+    b.add_argument("--timeout", type=float, default=None,
+                   help=f"seconds per benchmark, for all of them (default: each one's BENCH_TIMEOUT_S, else {bench.DEFAULT_TIMEOUT_S:g})")
+    b.add_argument("--no-write", action="store_true", help="only run and print")
     verdicts = sub.add_parser("verdicts", help="claims whose verdict changed between a commit and figures/")
     verdicts.add_argument("--before", default="main", help="git ref of the earlier claims (default main)")
     verdicts.add_argument("--after", type=Path, default=None, help="figures folder of the later claims (default figures/)")
@@ -102,4 +139,4 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "verdicts":
         print(claims.changed_text(claims.changed(claims.load_commit(args.before), claims.load(args.after))), end="")
         return 0
-    return {"list": _list, "run": _run, "data": _data}[args.command](args)
+    return {"list": _list, "run": _run, "data": _data, "bench": _bench}[args.command](args)

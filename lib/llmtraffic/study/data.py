@@ -9,13 +9,16 @@ commit so a checksum can only fail if a download is corrupted or the source was 
 from __future__ import annotations
 
 import hashlib
+import os
 import urllib.parse
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
+from ..paths import DATA_ENV, data_dir, is_under
 from .atomic import atomic_write_bytes
-from .paths import data_dir
 
 LIBSIGNAL = (
     "https://raw.githubusercontent.com/DaRL-LibSignal/LibSignal/"
@@ -33,6 +36,10 @@ AUTHORS_CODE = (
 """The bus authors' simulator and loop code (every .py and .ini of ``synthetic_network/`` and
 ``real_world/``): run unmodified, from the data directory, by the ``bus_crosscheck`` notebook;
 never copied into the project's source (the repository has no licence file)."""
+
+MIRROR_ENV = "LLMTRAFFIC_DATA_URL"
+"""A mirror to fetch from instead of the public sources (see :func:`mirror_url`)."""
+CONNECT_TIMEOUT_S = 10.0
 
 # (path in the data directory, sha256). Source URL follows from the path prefix (see `source_url`).
 FILES: tuple[tuple[str, str], ...] = (
@@ -177,46 +184,185 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-class ChecksumError(RuntimeError):
-    """A downloaded file does not have the checksum of the manifest."""
+class FetchError(RuntimeError):
+    """One file could not be fetched (an HTTP error status); the other files are still tried."""
+
+
+class SourceUnreachable(FetchError):
+    """The source accepts no connection: the remaining files are not tried (one message, not one per file)."""
+
+
+def mirror_url(f: DataFile) -> str:
+    """Where ``f`` is fetched from: ``$LLMTRAFFIC_DATA_URL`` + its path when that is set (a mirror laid
+    out like the data directory, e.g. another machine's served by ``python -m http.server``), else
+    its pinned public source."""
+    mirror = os.environ.get(MIRROR_ENV)
+    return f"{mirror.rstrip('/')}/{urllib.parse.quote(f.path)}" if mirror else f.url
 
 
 def _http_get(url: str) -> bytes:
     import httpx
 
-    response = httpx.get(url, follow_redirects=True, timeout=60.0)
-    response.raise_for_status()
+    try:
+        response = httpx.get(url, follow_redirects=True, timeout=httpx.Timeout(60.0, connect=CONNECT_TIMEOUT_S))
+    except httpx.TransportError as err:
+        raise SourceUnreachable(f"{type(err).__name__}: {err}") from err
+    if response.is_error:
+        raise FetchError(f"HTTP {response.status_code} from {url}")
     return response.content
 
 
-def fetch(
-    dest: Path | None = None,
-    files: Iterable[DataFile] | None = None,
-    get: Callable[[str], bytes] = _http_get,
-    url_of: Callable[[DataFile], str] = lambda f: f.url,
-    log: Callable[[str], None] = print,
-) -> list[Path]:
-    """Download every missing or corrupted file into ``dest`` (default: the data directory).
+@dataclass
+class Report:
+    """What :func:`ensure` found and did in the data directory ``dest``."""
 
-    Files already present with the right checksum are kept. A download whose checksum differs
-    raises :class:`ChecksumError` and leaves nothing half-written.
+    dest: Path
+    verified: list[str] = field(default_factory=list)
+    """Already present with the manifest's checksum (not fetched again)."""
+    fetched: list[str] = field(default_factory=list)
+    fetched_bytes: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    """Path → why it is still missing (an HTTP error, a download whose checksum differs)."""
+    unreachable: str = ""
+    """The connection error that stopped fetching ('' if the source answered)."""
+    untried: list[str] = field(default_factory=list)
+    """Files not tried once the source was unreachable."""
+
+    @property
+    def missing(self) -> list[str]:
+        return sorted([*self.failed, *self.untried])
+
+    def summary(self) -> str:
+        """One line: what was fetched and what was already there."""
+        if not self.fetched:
+            return f"data: all {len(self.verified)} files present and verified in {self.dest}"
+        return (f"data: fetched {len(self.fetched)} files ({self.fetched_bytes / 1e6:.1f} MB) into {self.dest}, "
+                f"sha256 verified; {len(self.verified)} were already present and verified")
+
+    def problem(self) -> str:
+        """The one message for missing files: which, why, and both remedies."""
+        why = f"the source is unreachable ({self.unreachable})" if self.unreachable else "they could not be fetched"
+        lines = [f"data: {len(self.missing)} files are missing from the data directory {self.dest} and {why}:"]
+        by_folder: dict[str, list[str]] = {}
+        for path in self.missing:
+            folder, _, name = path.rpartition("/")
+            by_folder.setdefault(folder, []).append(name)
+        lines += [f"  {folder}/: {', '.join(names)}" for folder, names in by_folder.items()]
+        lines += [f"  {path}: {why_one}" for path, why_one in sorted(self.failed.items())]
+        lines.append("Either connect this machine to the network and run `make data` (or this command again), "
+                     f"or set {DATA_ENV} to a directory that already holds these files (e.g. a copy of another "
+                     "machine's data directory).")
+        return "\n".join(lines)
+
+
+def ensure(
+    files: Iterable[DataFile] | None = None,
+    dest: Path | None = None,
+    get: Callable[[str], bytes] = _http_get,
+    url_of: Callable[[DataFile], str] = mirror_url,
+    progress: bool = True,
+) -> Report:
+    """Fetch every missing or corrupted file of ``files`` (default: the manifest) into ``dest``
+    (default: the data directory); the step of ``make data``, ``make study`` and ``make test``.
+
+    A file already present with the manifest's sha256 is kept without a download. A download
+    whose checksum differs is not written (nothing is ever half-written). When the source
+    accepts no connection, the remaining files are not tried. Never raises for a file that
+    cannot be fetched: the :class:`Report` lists it.
     """
-    dest = Path(dest or data_dir())
-    placed = []
+    report = Report(Path(dest or data_dir()))
+    todo = []
     for f in files if files is not None else manifest():
-        target = dest / f.path
-        if target.exists() and sha256(target) == f.sha256:
+        target = report.dest / f.path
+        if target.is_file() and sha256(target) == f.sha256:
+            report.verified.append(f.path)
+        else:
+            todo.append(f)
+    bar = tqdm(todo, desc="data", unit="file", leave=False, disable=not progress or not todo)
+    for i, f in enumerate(bar):
+        url = url_of(f)
+        try:
+            content = get(url)
+        except SourceUnreachable as err:
+            report.unreachable = f"{url}: {err}"
+            report.untried = [g.path for g in todo[i:]]
+            break
+        except FetchError as err:
+            report.failed[f.path] = str(err)
             continue
-        log(f"downloading {f.path}")
-        content = get(url_of(f))
         got = hashlib.sha256(content).hexdigest()
         if got != f.sha256:
-            raise ChecksumError(
-                f"{f.path}: checksum {got} differs from the manifest's {f.sha256} (source {url_of(f)})"
-            )
-        atomic_write_bytes(target, content)
-        placed.append(target)
-    return placed
+            report.failed[f.path] = f"the download's sha256 {got} differs from the manifest's {f.sha256} (source {url})"
+            continue
+        atomic_write_bytes(report.dest / f.path, content)
+        report.fetched.append(f.path)
+        report.fetched_bytes += len(content)
+    bar.close()
+    return report
+
+
+def files_under(prefixes: Iterable[str]) -> list[DataFile]:
+    """The manifest's files inside any of ``prefixes`` (folders of the data directory, or files)."""
+    prefixes = tuple(prefixes)
+    return [f for f in manifest() if any(is_under(f.path, p) for p in prefixes)]
+
+
+@dataclass(frozen=True)
+class Need:
+    """A data folder a notebook declares, needed always or only ``when`` a parameter takes one of those values."""
+
+    folder: str
+    when: tuple[str, ...] = ()
+
+
+def notebook_needs(notebook: Path) -> tuple[Need, ...]:
+    """The data a notebook declares in its metadata ``llmtraffic.data``: a list whose entries are a
+    folder of the data directory (always needed) or ``{"folder": F, "when": [value, ...]}`` (needed
+    when any parameter, nested ones included, holds one of the values, e.g. a scenario name).
+
+    The runner fetches what the parameters need (:func:`folders_for`) before the notebook starts
+    and, while it runs, :func:`llmtraffic.paths.data_path` refuses any other data file, so a
+    declaration that misses a file fails the smoke run instead of guessing. A notebook without
+    the key needs no data. Raises :class:`ValueError` for a malformed declaration."""
+    import nbformat
+
+    entries = nbformat.read(str(notebook), as_version=4).metadata.get("llmtraffic", {}).get("data", [])
+    example = '["busholding/pkl/data_case2", {"folder": "libsignal/cologne1", "when": ["cologne1"]}]'
+    if not isinstance(entries, list):
+        raise ValueError(f"{notebook.name}: metadata llmtraffic.data must be a list such as {example}, got {entries!r}")
+    needs = []
+    for entry in entries:
+        if isinstance(entry, str):
+            entry = {"folder": entry}
+        when = entry.get("when", []) if isinstance(entry, dict) else None
+        if (not isinstance(entry, dict) or set(entry) - {"folder", "when"} or not isinstance(entry.get("folder"), str)
+                or not isinstance(when, list) or not all(isinstance(v, str) for v in when)):
+            raise ValueError(f"{notebook.name}: metadata llmtraffic.data entry {entry!r} is not a folder or "
+                             f"{{folder, when: [values]}} (e.g. {example})")
+        if not files_under([entry["folder"]]):
+            raise ValueError(f"{notebook.name}: metadata llmtraffic.data names {entry['folder']!r}, which holds no "
+                             "file of the data manifest (llmtraffic.study.data.FILES)")
+        needs.append(Need(entry["folder"], tuple(when)))
+    return tuple(needs)
+
+
+def _strings(value: object) -> Iterator[str]:
+    """Every string inside ``value`` (mapping keys and values, list items, nested)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def folders_for(needs: Iterable[Need], params: dict) -> tuple[str, ...]:
+    """The declared folders that a notebook run with ``params`` (every value, defaults included) needs."""
+    held = set(_strings(params))
+    return tuple(dict.fromkeys(n.folder for n in needs if not n.when or held & set(n.when)))
 
 
 def check(dest: Path | None = None) -> list[str]:

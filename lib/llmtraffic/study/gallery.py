@@ -89,6 +89,8 @@ def run_times(root: Path) -> list[str]:
     if last.get("study_spans_s"):
         lines.append("Each study's notebooks were done " + ", ".join(
             f"{study} {span / 60:.1f} min" for study, span in last["study_spans_s"].items()) + " after the run started.")
+    for stem, why in (last.get("skipped") or {}).items():
+        lines.append(f"Skipped {stem}: {why}.")
     lines += [
         "",
         "| notebook | profile | seconds | ran (min after the run's start) | outcome | commit |",

@@ -9,9 +9,13 @@ one starts, and :func:`llmtraffic.study.begin` checks again for a notebook opene
   endpoint accepts a connection and the API key variable is set (``openai``), the model folder
   exists (``hf``), the cassette exists (``replay`` or ``cache.mode: replay``); else
   :class:`ResourceError` (exit status 3), and nothing runs.
-- ``backbone`` (and each of ``backbones``): anything but ``surrogate-tiny`` needs local weights and a CUDA GPU; else
-  :class:`ResourceError`.
-- A ``designer`` other than ``search`` (or the older name ``rules``) needs an ``llm`` config (a setting, exit status 2).
+
+A study adds checks of its own parameters by registration, so that the harness names no study
+(dependencies point from the studies to the harness, docs/architecture.md): its module
+``llmtraffic.<study>.preflight`` calls :func:`register_setting` or :func:`register_resource` when
+imported, and :func:`load_study_checks` imports every such module before the first check
+(:mod:`llmtraffic.signal.preflight`: ``backbone`` and ``backbones``;
+:mod:`llmtraffic.bus.preflight`: ``designer``).
 
 Rows the user did not ask to run (``tsc_main``'s ``paper_backbones``, a designer listed without
 an llm config) are not checked: the notebook runs and labels those rows with the reason.
@@ -22,26 +26,75 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from .params import ParamError
 
-NO_LLM_DESIGNERS = (None, "search", "rules")
-"""Designer names that need no LLM: the search designer (``rules`` is its former name)."""
-
-SURROGATE = "surrogate-tiny"
-"""The CPU stand-in backbone (``signal.backbones.SURROGATE``), named here so that checking the
-default backbone does not import torch."""
-
 CACHE_MODES = ("record", "replay", "off")
 CONNECT_TIMEOUT_S = 5.0
+PACKAGE = __name__.split(".")[0]
 
 
 class ResourceError(RuntimeError):
     """A resource a setting asks for is missing on this machine; the runner exits with status 3."""
+
+
+@dataclass(frozen=True)
+class ResourceCheck:
+    """A study's check of what the values of some parameters need on this machine."""
+
+    label: str
+    """What one value is called in a problem, e.g. ``backbone``."""
+    parameters: tuple[str, ...]
+    """The parameters holding such values: each a string, a list of strings or a mapping to strings."""
+    problem: Callable[[str], str | None]
+    """Why one value cannot run here and what to do, or None; the problem reads
+    ``<label> <value!r> <problem>``."""
+
+    def values(self, params: dict[str, Any]) -> list[str]:
+        """The distinct string values of :attr:`parameters` in ``params``, in order."""
+        found = []
+        for name in self.parameters:
+            value = params.get(name)
+            if isinstance(value, dict):
+                value = list(value.values())
+            found += [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str)]
+        return list(dict.fromkeys(found))
+
+
+_settings: dict[str, Callable[[dict[str, Any]], str | None]] = {}
+_resources: dict[str, ResourceCheck] = {}
+_loaded = False
+
+
+def register_setting(name: str, check: Callable[[dict[str, Any]], str | None]) -> None:
+    """Add (or replace, by ``name``) a check of settings that can never work: ``check(params)``
+    returns the problem (raised as :class:`ParamError`) or None."""
+    _settings[name] = check
+
+
+def register_resource(label: str, parameters: tuple[str, ...], problem: Callable[[str], str | None]) -> None:
+    """Add (or replace, by ``label``) a :class:`ResourceCheck`."""
+    _resources[label] = ResourceCheck(label, tuple(parameters), problem)
+
+
+def load_study_checks() -> None:
+    """Import each ``llmtraffic.<package>.preflight`` module once (each registers its checks).
+
+    Found by file name, so that this module names no study."""
+    global _loaded
+    if _loaded:
+        return
+    here = Path(__file__).resolve()
+    for hook in sorted(here.parents[1].glob("*/preflight.py")):
+        if hook.parent != here.parent:
+            import_module(f"{PACKAGE}.{hook.parent.name}.preflight")
+    _loaded = True
 
 
 def _backends() -> dict[str, tuple[set[str], set[str]]]:
@@ -109,12 +162,11 @@ def check_settings(stem: str, params: dict[str, Any]) -> None:
         problem = llm_shape_problem(cfg)
         if problem:
             raise ParamError(f"notebook {stem}: parameter {where!r} {problem}")
-    designer = params.get("designer")
-    if "llm" in params and params["llm"] is None and designer not in NO_LLM_DESIGNERS:
-        raise ParamError(
-            f"notebook {stem}: designer {designer!r} needs an llm config: add --set llm='{{backend: openai, "
-            f"base_url: ..., model: {designer}}}' (README, 'Plugging in an LLM'), or leave designer=search to run without an LLM"
-        )
+    load_study_checks()
+    for check in _settings.values():
+        problem = check(params)
+        if problem:
+            raise ParamError(f"notebook {stem}: {problem}")
 
 
 def resource_problems(params: dict[str, Any], memo: dict | None = None) -> list[str]:
@@ -128,14 +180,14 @@ def resource_problems(params: dict[str, Any], memo: dict | None = None) -> list[
             memo[key] = _llm_problem(cfg)
         if memo[key]:
             problems.append(f"{where}: {memo[key]}")
-    several = params.get("backbones") or []  # a list (tsc_hurdle, Fig. 9) or {scenario: backbone} (tsc_clip)
-    wanted = [params.get("backbone")] + list(several.values() if isinstance(several, dict) else several)
-    for backbone in dict.fromkeys(b for b in wanted if isinstance(b, str) and b != SURROGATE):
-        key = ("backbone", backbone)
-        if key not in memo:
-            memo[key] = _backbone_problem(backbone)
-        if memo[key]:
-            problems.append(f"backbone {backbone!r} {memo[key]}")
+    load_study_checks()
+    for check in _resources.values():
+        for value in check.values(params):
+            key = (check.label, value)
+            if key not in memo:
+                memo[key] = check.problem(value)
+            if memo[key]:
+                problems.append(f"{check.label} {value!r} {memo[key]}")
     return problems
 
 
@@ -174,18 +226,3 @@ def _llm_problem(cfg: dict) -> str | None:
                 f"or fix llm.base_url; or {offline}")
     return None
 
-
-def _backbone_problem(backbone: str) -> str | None:
-    import torch
-
-    from ..signal.backbones import PAPER_BACKBONES, backbone_unavailable
-
-    reason = backbone_unavailable(backbone)
-    if reason is None:
-        return None
-    missing = ("this machine has no CUDA GPU" if not torch.cuda.is_available() else
-               f"no local weights (a folder {backbone!r} or the Hugging Face model "
-               f"{PAPER_BACKBONES.get(backbone, backbone)!r} in the local cache)")
-    return (f"cannot run here: it {reason}, and {missing}. Run it on a GPU machine after "
-            f"`huggingface-cli download {PAPER_BACKBONES.get(backbone, backbone)}`, "
-            f"or use backbone=surrogate-tiny (the CPU stand-in)")

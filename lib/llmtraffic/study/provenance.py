@@ -44,11 +44,11 @@ def _git(root: Path, *args: str) -> str:
     ).stdout
 
 
-def changed_files(root: Path | None = None) -> list[str] | None:
-    """Modified, staged or untracked (not ignored) files under :data:`CODE_PATHS`; None without git."""
+def changed_files(root: Path | None = None, under: tuple[str, ...] = CODE_PATHS) -> list[str] | None:
+    """Modified, staged or untracked (not ignored) files under the folders ``under``; None without git."""
     root = Path(root or paths.ROOT)
     try:
-        status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS)
+        status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", *under)
     except (OSError, subprocess.SubprocessError):
         return None
     return [line[3:] for line in status.splitlines() if line.strip()]
@@ -132,8 +132,8 @@ def hardware() -> dict:
 
 def speed_reference(repeats: int = 3) -> dict[str, float]:
     """This machine's speed on two fixed workloads, on one torch thread, best of ``repeats``
-    (about a second in all), so that run times measured on different days can be compared:
-    the same work took 36.2 minutes on one day's machine and 18.5 on another's.
+    (about a second in all), so that run times measured on different days can be compared: the
+    same work can take twice as long on one day's machine as on another's (docs/performance.md).
 
     ``small_ops_us``: one step of small tensor operations shaped like a decoding step of the
     OracleTSC surrogate (a batched matmul of 5 stacked models, a softmax over its vocabulary, an
@@ -170,6 +170,17 @@ def speed_reference(repeats: int = 3) -> dict[str, float]:
                 "matmul_gflops": round(50 * 2 * 256**3 / best(matmuls) / 1e9, 1)}
     finally:
         torch.set_num_threads(threads)
+
+
+def cpu_model() -> str:
+    """The processor's name as the kernel reports it (``/proc/cpuinfo``), else Python's guess."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def _memory_gb() -> float | None:

@@ -4,6 +4,10 @@ Each notebook runs in its own ``papermill`` process (so ``--jobs N`` can run sev
 one notebook's state never leaks into the next) and is written to ``runs/<profile>/<stem>.ipynb``.
 After a notebook succeeds, the outputs in ``figures/<stem>/`` that this run did not write are
 removed (:func:`prune_stale`), so the gallery never shows a figure the code no longer makes.
+
+Before the first notebook starts, the data the selected notebooks declare (metadata
+``llmtraffic.data``) is fetched and verified (:func:`prepare_data`, the step of ``make data``).
+What cannot be fetched is reported once, and the notebooks that need it are skipped, not started.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from typing import Any
 import yaml
 from tqdm.auto import tqdm
 
+from ..paths import DATA_ENV, NEEDS_ENV, is_under
 from . import findings, gallery, provenance
 from .atomic import atomic_write_text, folder_lock
+from .data import ensure, files_under, folders_for, notebook_needs
 from .params import ParamError, check_profile, differences, load_profile, notebook_parameters, validate
 from .paths import ROOT, figures_dir, runs_dir
 from .preflight import ResourceError, check_settings, resource_problems
@@ -46,6 +52,8 @@ class Plan:
     """The parameters whose values differ from the profile's (file over the notebook's defaults)."""
     full: dict[str, Any] = field(default_factory=dict)
     """Every parameter's value, defaults included (what the pre-flight checks see)."""
+    data: tuple[str, ...] = ()
+    """The data folders the notebook needs with these parameters (:func:`~llmtraffic.study.data.notebook_needs`)."""
 
 
 @dataclass
@@ -58,6 +66,8 @@ class Outcome:
     log: list[str] = field(default_factory=list)
     started: float = 0.0
     """``time.time()`` when :func:`execute` began; outputs older than this are from an earlier run."""
+    skipped: bool = False
+    """Not started: data it declares is missing (``error`` says which)."""
 
 
 def discover(notebooks_dir: Path, only: list[str] | None = None) -> list[Path]:
@@ -80,8 +90,34 @@ def plan(
         values = validate(nb.stem, {**base, **(overrides or {})}, declared)
         full = {**{k: p.default for k, p in declared.items()}, **values}
         check_settings(nb.stem, full)
-        plans.append(Plan(nb.stem, nb, values, differences(declared, base, values), full))
+        try:
+            needs = folders_for(notebook_needs(nb), full)
+        except ValueError as err:
+            raise ParamError(str(err)) from None
+        plans.append(Plan(nb.stem, nb, values, differences(declared, base, values), full, needs))
     return plans
+
+
+def prepare_data(plans: list[Plan], quiet: bool = False) -> dict[str, str]:
+    """Fetch what the plans' notebooks declare (missing or corrupted files only) and return, for
+    each notebook whose data is still missing, why it is skipped. The missing files and both
+    remedies are printed once, whatever the number of notebooks or files."""
+    wanted = files_under({prefix for p in plans for prefix in p.data})
+    if not wanted:
+        return {}
+    report = ensure(wanted, progress=not quiet)
+    if not report.missing:
+        if not quiet:
+            print(report.summary(), file=sys.stderr)
+        return {}
+    skipped = {}
+    for p in plans:
+        lacking = sorted({prefix for prefix in p.data for path in report.missing if is_under(path, prefix)})
+        if lacking:
+            skipped[p.stem] = f"its data is missing ({', '.join(lacking)}): run `make data` with network, or set {DATA_ENV}"
+    print(f"{report.problem()}\nSkipped, since they need these files: {', '.join(skipped)}. "
+          "The other notebooks run.", file=sys.stderr)
+    return skipped
 
 
 def preflight(plans: list[Plan]) -> None:
@@ -139,6 +175,7 @@ def execute(
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "MPLBACKEND": "Agg",
         "LLMTRAFFIC_FRESH": "1" if fresh else os.environ.get("LLMTRAFFIC_FRESH", ""),
+        NEEDS_ENV: json.dumps(list(p.data)),
     }
     cmd = [
         sys.executable, "-m", "papermill", str(p.notebook), str(output), "-f", params_file,
@@ -253,10 +290,12 @@ def run(
     quiet: bool = False,
     timeout_s: float | None = None,
 ) -> list[Outcome]:
-    """Validate, check resources, then execute the selected notebooks; regenerate the gallery at the end.
+    """Validate, check resources, fetch the declared data, then execute the selected notebooks;
+    regenerate the gallery at the end.
 
     Raises (before anything runs) :class:`ParamError` for an unknown profile or parameters that
     can never work, :class:`ResourceError` for a resource the settings ask for that is missing here.
+    A notebook whose declared data cannot be fetched is not started: its outcome is ``skipped``.
     """
     check_profile(params_dir, profile)
     if timeout_s is not None and not timeout_s > 0:
@@ -269,12 +308,14 @@ def run(
     plans = plan(notebooks, profile, params_dir, overrides)
     preflight(plans)
     provenance.check_target(figures_dir())  # a dirty tree fails now, not at its first save
+    skipped = prepare_data(plans, quiet)
     speed = provenance.speed_reference()  # before the notebooks load the machine
     cpu_before = _children_cpu_s()
     started = time.time()
     out_dir = runs_dir() / profile
     outcomes: list[Outcome] = []
-    bar = tqdm(total=len(plans), desc=f"notebooks ({profile})", unit="nb", disable=quiet or not plans)
+    runnable = [p for p in plans if p.stem not in skipped]
+    bar = tqdm(total=len(runnable), desc=f"notebooks ({profile})", unit="nb", disable=quiet or not runnable)
     echo = None if quiet else bar.write
     stop = threading.Event()
 
@@ -297,13 +338,14 @@ def run(
         return outcome
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        outcomes = [o for o in pool.map(one, plans) if o is not None]
+        outcomes = [o for o in pool.map(one, runnable) if o is not None]
     bar.close()
-    record_run(profile, outcomes, time.time() - started, only, started, _children_cpu_s() - cpu_before, speed)
+    record_run(profile, outcomes, time.time() - started, only, started, _children_cpu_s() - cpu_before, speed, skipped)
     gallery.write()  # after every prune_stale: the gallery and scorecard list only what is left
     if figures_dir().resolve() == (ROOT / "figures").resolve():
         findings.update_readme()
-    return outcomes
+    return outcomes + [Outcome(stem, False, 0.0, out_dir / f"{stem}.ipynb", f"{stem}: {why}", skipped=True)
+                       for stem, why in skipped.items()]
 
 
 RUN_SUMMARY = "run.json"
@@ -329,11 +371,12 @@ def _children_cpu_s() -> float:
 
 
 def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[str] | None,
-               run_start: float, cpu_s: float | None = None, speed: dict[str, float] | None = None) -> Path:
+               run_start: float, cpu_s: float | None = None, speed: dict[str, float] | None = None,
+               skipped: dict[str, str] | None = None) -> Path:
     """Merge this run into ``figures/run.json`` (per notebook: the latest time, outcome and commit,
-    and when it started and ended, in seconds after ``run_start``; for the run: its CPU time
-    and the machine's :func:`~llmtraffic.study.provenance.speed_reference`, so that wall times of
-    different days compare)."""
+    and when it started and ended, in seconds after ``run_start``; for the run: its CPU time,
+    the machine's :func:`~llmtraffic.study.provenance.speed_reference`, so that wall times of
+    different days compare, and the notebooks skipped for missing data, with why)."""
     path = figures_dir() / RUN_SUMMARY
     try:
         summary = json.loads(path.read_text())
@@ -349,6 +392,7 @@ def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[
     summary = {
         "last_run": {"profile": profile, "only": only or [], "commit": commit, "wall_s": round(wall_s, 1),
                      "jobs_failed": [o.stem for o in outcomes if not o.ok], "notebooks": len(outcomes),
+                     "skipped": dict(skipped or {}),
                      "study_spans_s": study_spans(ends),
                      "cpus": os.cpu_count(), "cpu_s": None if cpu_s is None else round(cpu_s, 1),
                      "speed_reference": speed or {}},

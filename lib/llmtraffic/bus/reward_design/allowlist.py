@@ -16,14 +16,19 @@ of names always misses one (``gi_frame.f_back.f_globals``, ``np.ma.core.builtins
   or a function that reads a file (a test walks the graph).
 - **Modules** (`MODULES`): ``math``, ``numpy``, ``numpy.linalg`` and, for annotations, a few
   names of ``typing``; other numpy submodules are refused with what to use instead (`NUMPY_HINTS`).
-- **Purity**: default arguments must be constants; module-level values are rebuilt for every call
-  by the worker (a fresh namespace), so no state survives between calls.
+- **Purity** (``purity.py``): only values created inside the call may be changed, never a
+  module-level name, an argument, a captured variable or what a subscript reaches, and no
+  iterator is kept at module level; default arguments must be constants; ``setattr``/``delattr``
+  and attribute stores are refused. The worker also rebuilds module-level values for every call
+  (a fresh namespace), and the validator checks the behaviour (``sandbox.py``).
 """
 
 from __future__ import annotations
 
 import ast
 import math
+
+from . import purity
 
 NODES = frozenset({
     # module structure and statements
@@ -144,8 +149,9 @@ ALLOWED_SUMMARY = ("the public functions of math, a curated part of numpy and nu
 def check_tree(tree: ast.Module) -> str | None:
     """The reason `tree` is refused (the first problem in source order), or None."""
     bound = bound_names(tree)
+    changes = purity.problems(tree)
     for node in sorted(ast.walk(tree), key=_position):
-        reason = _node_reason(node, bound)
+        reason = changes.get(node) or _node_reason(node, bound)
         if reason:
             line = getattr(node, "lineno", None)
             return f"{reason} (line {line})" if line else reason
@@ -194,6 +200,8 @@ def _node_reason(node: ast.AST, bound: set[str]) -> str | None:
 def _name_reason(name: str, bound: set[str]) -> str | None:
     if name.startswith("__"):
         return f"use of {name!r} is not allowed (no dunder names)"
+    if name in ("setattr", "delattr") and name not in bound:
+        return f"use of {name!r} is not allowed: changing an object's attributes keeps state (the reward must be pure)"
     if name not in bound and name not in BUILTINS:
         return (f"use of {name!r} is not allowed (builtins available: "
                 f"{', '.join(sorted(BUILTINS - {'True', 'False', 'None'}))})")
@@ -203,7 +211,8 @@ def _name_reason(name: str, bound: set[str]) -> str | None:
 def _attribute_reason(node: ast.Attribute) -> str | None:
     attr = node.attr
     if not isinstance(node.ctx, ast.Load):
-        return f"assigning to attribute {attr!r} is not allowed (the reward must be pure)"
+        verb = "deleting" if isinstance(node.ctx, ast.Del) else "assigning to"
+        return f"{verb} attribute {attr!r} is not allowed (the reward must be pure)"
     if attr.startswith("_"):
         return f"access to attribute {attr!r} is not allowed (no dunder or private attributes)"
     if attr.startswith(INTERNALS):

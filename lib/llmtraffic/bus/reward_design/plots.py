@@ -11,6 +11,7 @@ def plot_history(outcome: Outcome, ax=None, label: str | None = None):
     """Test travel time per iteration: accepted candidates as dots joined by a line, rejected or
     not-kept ones as crosses."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     ax = ax or plt.gca()
     df = outcome.history()
@@ -20,6 +21,7 @@ def plot_history(outcome: Outcome, ax=None, label: str | None = None):
     ax.plot(rej["iteration"], rej["travel_time_s"], "x", color=line.get_color(), markersize=8,
             label=f"{label} not kept" if label else "not kept")
     ax.set_xlabel("iteration")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are counts
     ax.set_ylabel("test average travel time on the design seeds (s)")
     ax.grid(alpha=0.3)
     return ax

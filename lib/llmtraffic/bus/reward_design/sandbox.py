@@ -5,12 +5,36 @@ notebook's process:
 
 1. `static_check`: the AST must define ``reward(current_state, action, next_state)`` and use
    only what ``allowlist.py`` lists: its syntax, builtins, attributes and modules (``math``,
-   ``numpy``, ``numpy.linalg``), with constant default arguments. Anything else is refused with
-   a reason the designer can act on.
+   ``numpy``, ``numpy.linalg``), with constant default arguments, and it may change only values
+   it creates inside the call (``purity.py``). Anything else is refused with a reason the
+   designer can act on.
 2. `validate_reward_code` then runs the function on recorded (or example) transitions in a
    separate process (``worker.py``: resource limits, no new file descriptors or processes, the
    user nobody when root, a seccomp system-call allowlist, a fresh namespace per call) under a
    wall-clock timeout, and requires a finite number with \\|r\\| <= 1e3 for every transition.
+   In the same worker it then evaluates the batch a second time and once more in reversed
+   order (`purity_reason`), and requires identical values for every transition.
+
+Which check catches what state a reward could keep between calls (a reward is a function of
+``(current_state, action, next_state)``, bus paper §3.3):
+
+- the allowlist: ``global``/``nonlocal``, classes, generator functions, mutable default
+  arguments, attribute stores and ``setattr``/``delattr``; randomness and clocks (``random``,
+  ``time``, ``np.random`` cannot be imported or reached) and ``id``/``hash`` (not builtins);
+- the purity rule: changing a module-level name (directly, through an alias or a helper's
+  argument), an argument, a captured variable or anything a subscript reaches, numpy ``out=``
+  into such a value, and iterators kept at module level or captured;
+- the worker's fresh namespace per call: module-level values of code that skipped the static
+  checks are rebuilt for every transition, so they keep nothing;
+- the behavioural check, the net for state outside the code's namespace (the worker's own
+  globals or a module reached through an escape, a clock, a random generator): the same batch
+  twice catches results that change from call to call (counters, clocks, random draws, a
+  cache that changes the value); the reversed batch, compared after undoing the order, catches
+  results that depend on the order or position of a transition in the batch (the previous
+  transition, the index).
+- Not caught: state that never changes the returned values on the validation transitions,
+  state that shows only after more calls than the check makes, and differences between worker
+  processes (e.g. the hash-seeded iteration order of a set of strings).
 
 `SandboxedReward` is how training calls a validated reward: a long-lived worker process
 answers each call (or a batch of transitions per call), a call that takes longer than the
@@ -237,7 +261,8 @@ def validate_reward_code(code: str, timeout_s: float = 5.0, transitions=None, me
     `transitions`: (state, action, next_state) tuples or env ``Transition``s, e.g. recorded in
     the previous iteration; default `example_transitions` for 6-value states. The code runs in
     `run_dir` (default: a fresh temporary directory, removed afterwards) with `timeout_s` of
-    wall clock and CPU time and `memory_mb` of memory.
+    wall clock for each of the three evaluations of the batch (`purity_reason`), as much CPU time
+    for the three together, and `memory_mb` of memory.
     """
     check = static_check(code)
     if not check.ok:
@@ -246,18 +271,47 @@ def validate_reward_code(code: str, timeout_s: float = 5.0, transitions=None, me
     with tempfile.TemporaryDirectory(prefix="reward-") as scratch:
         worker = None
         try:
-            worker = Worker(code, run_dir or scratch, memory_mb, cpu_s=int(timeout_s) + 1, timeout_s=timeout_s)
+            worker = Worker(code, run_dir or scratch, memory_mb, cpu_s=int(3 * timeout_s) + 1, timeout_s=timeout_s)
             values = worker.evaluate(states, actions, next_states, timeout_s)
+            for i, value in enumerate(values):
+                reason = bound_reason(value, f"transition {i} (current_state {states[i].tolist()}, action {actions[i]})")
+                if reason:
+                    return RewardCheck(False, reason)
+            reason = purity_reason(worker, states, actions, next_states, values, timeout_s)
         except (RewardError, RewardTimeout) as error:
             return RewardCheck(False, str(error))
         finally:
             if worker is not None:
                 worker.close()
-    for i, value in enumerate(values):
-        reason = bound_reason(value, f"transition {i} (current_state {states[i].tolist()}, action {actions[i]})")
-        if reason:
-            return RewardCheck(False, reason)
-    return RewardCheck(True, "ok")
+    return RewardCheck(False, reason) if reason else RewardCheck(True, "ok")
+
+
+def purity_reason(worker: Worker, states: np.ndarray, actions: np.ndarray, next_states: np.ndarray,
+                  values: np.ndarray, timeout_s: float) -> str | None:
+    """The behavioural purity check: why the reward is not a function of its arguments, else None.
+
+    `values` are what `worker` returned for the batch. The same worker evaluates the batch again
+    (the same-batch check) and in reversed order (the permutation check, compared after undoing
+    the order); any value that differs in any bit rejects the reward. Pure code gives identical
+    bits: the same operations on the same inputs in the same process."""
+    checks = [("same-batch check", "evaluated a second time on the same transitions", np.arange(len(values)))]
+    if len(values) > 1:
+        checks.append(("permutation check", "evaluated on the same transitions in reversed order",
+                       np.arange(len(values))[::-1]))
+    for name, how, order in checks:
+        try:
+            again = np.empty_like(values)
+            again[order] = worker.evaluate(states[order], actions[order], next_states[order], timeout_s)
+        except (RewardError, RewardTimeout) as error:
+            raise type(error)(f"{how} ({name}): {error}") from error
+        differ = np.flatnonzero(again.view(np.int64) != values.view(np.int64))
+        if differ.size:
+            i = differ[0]
+            return (f"the reward is not a function of (current_state, action, next_state) ({name}): {how} in one "
+                    f"worker, it returned {float(again[i])!r} instead of {float(values[i])!r} for transition {i} "
+                    f"(current_state {states[i].tolist()}, action {int(actions[i])}); it must keep no state between calls (no counters, "
+                    "caches, clocks or random numbers) and not depend on the order of the calls")
+    return None
 
 
 class SandboxedReward:

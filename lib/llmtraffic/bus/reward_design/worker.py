@@ -3,7 +3,8 @@
 The second wall behind the static allowlist of ``allowlist.py``: it must hold even for code
 that skipped those checks. Run as a script (``python -I``) so that it imports nothing but the
 standard library and numpy; everything the code may use (``math``, ``numpy``, ``numpy.linalg``,
-``typing``) is loaded before the code arrives. Then, before the code is compiled, the process limits itself:
+``typing``) is loaded before the code arrives, and the ndarray methods numpy imports lazily are
+called once (`warm_up`). Then, before the code is compiled, the process limits itself:
 
 - address space (`memory_mb` above what numpy needs), CPU seconds (when given), no core files,
   no file writes, no new file descriptors (no files, sockets or pipes) and no new processes;
@@ -65,6 +66,16 @@ X32_SYSCALL_BIT = 0x40000000
 RET_ALLOW, RET_EPERM = 0x7FFF0000, 0x00050000 | 1
 LD_W_ABS, JEQ_K, JGE_K, RET_K = 0x20, 0x15, 0x35, 0x06
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+def warm_up() -> None:
+    """Call once the ndarray methods numpy writes in Python (``numpy._core._methods``): numpy
+    imports that module at their first call through the calling code's ``__import__``, which for
+    a reward is `restricted_import`; after one call numpy keeps the functions."""
+    a = np.ones(2)
+    for name in ("all", "any", "max", "min", "mean", "prod", "std", "sum", "var"):
+        getattr(a, name)()
+    a.clip(0.0, 1.0)
 
 
 def restricted_import(name, globals=None, locals=None, fromlist=(), level=0):
@@ -205,6 +216,7 @@ def main() -> None:
     memory_mb, cpu_s = int(sys.argv[1]), int(sys.argv[2])
     requests, replies = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints must not corrupt the protocol
+    warm_up()
     confined = limit(memory_mb, cpu_s)
     safe = {n: getattr(builtins, n) for n in SAFE_BUILTINS} | {"__import__": restricted_import}
     for name in HIDDEN:

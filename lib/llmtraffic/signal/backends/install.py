@@ -112,10 +112,10 @@ def run_inline(src: Path) -> None:
     thread (a wait returns at once).
 
     Why: with one worker, CityFlow hands every step to its thread and back 16 times through a
-    mutex and condition variable. Measured on the Hangzhou roadnet, 3600 steps: 0.26 ms a step
-    for one engine, 0.94 ms a step for five engines stepped in turn (the way evaluations run side
-    by side), about 40 % of it system time. Inline, the same functions run in the same order on
-    the same vehicle pool, so the results are the same numbers."""
+    mutex and condition variable, which costs more than the step itself, most of all with several
+    engines stepped in turn (the way evaluations run side by side; docs/performance.md has the
+    times). Inline, the same functions run in the same order on the same vehicle pool, so the
+    results are the same numbers."""
     engine = src / "src" / "engine" / "engine.cpp"
     text = engine.read_text()
     edits = [("startBarrier(threadNum + 1),", "startBarrier(threadNum == 1 ? 1 : threadNum + 1),"),

@@ -1,7 +1,7 @@
 """IPPO baseline of OracleTSC Table 1: independent PPO, one agent per intersection.
 
-Beside :mod:`llmtraffic.rl.llm_ppo` (the LLM's PPO), whose :func:`~llmtraffic.rl.llm_ppo.gae`
-it uses.
+It lives with the signal study, whose environment, observation and reward it trains on, and
+uses the GAE of :mod:`llmtraffic.rl.llm_ppo` (the LLM's PPO).
 
 On a single intersection IPPO is plain PPO (Schulman et al. 2017) with a categorical policy
 over the green phases, written CleanRL-style: roll out one episode with the current policy,
@@ -20,10 +20,10 @@ from torch import nn
 from torch.distributions import Categorical
 from tqdm.auto import tqdm
 
-from ..signal.env import SignalConfig, SignalEnv, lane_counts_phase, negative_queue
-from ..signal.scenarios import Scenario
-from ..signal.state import IntersectionState
-from .llm_ppo import gae, torch_threads
+from ..rl.llm_ppo import gae, torch_threads
+from .env import SignalConfig, SignalEnv, lane_counts_phase, negative_queue
+from .scenarios import Scenario
+from .state import IntersectionState
 
 
 @dataclass
