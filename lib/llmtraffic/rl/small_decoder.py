@@ -1,4 +1,4 @@
-"""Sampling from a small Qwen2 model on CPU in plain torch: one prefill of the prompt, a KV cache
+"""Sampling from a small Qwen2- or Llama-family model on CPU in plain torch: one prefill of the prompt, a KV cache
 shared by the G answers, and a few tensor operations per layer and token.
 
 For the signal study's surrogate (2 layers; measured at hidden 128) ``model.generate`` spends nearly all of
@@ -27,23 +27,31 @@ as one: fewer calls per token): the weights a LoRA merge changes."""
 
 
 def fused_modules(layer) -> dict[str, tuple]:
-    """A Qwen2 decoder layer's projections by the name of the linear layer they form here
+    """A Qwen2 or Llama decoder layer's projections by the name of the linear layer they form here
     (:data:`LINEARS`): q, k, v as ``qkv``, gate and up as ``gate_up``."""
     attn, mlp = layer.self_attn, layer.mlp
     return {"qkv": (attn.q_proj, attn.k_proj, attn.v_proj), "o": (attn.o_proj,),
             "gate_up": (mlp.gate_proj, mlp.up_proj), "down": (mlp.down_proj,)}
 
 
+FAMILIES = ("qwen2", "llama")
+"""Model types :class:`SmallDecoder` runs: the same layer (RMSNorm, GQA attention with RoPE, SiLU
+gated MLP); Qwen2 has q/k/v biases, Llama (SmolLM2) none, and ties its LM head to the
+embeddings, which the decoder reads as the head's weight either way."""
+
+
 def supports(model) -> bool:
-    """Whether :class:`SmallDecoder` can run ``model``: a Qwen2 causal LM with default RoPE,
-    full attention and SiLU, in float32 on CPU."""
+    """Whether :class:`SmallDecoder` can run ``model``: a Qwen2 or Llama causal LM with default
+    RoPE (no Llama-3 frequency scaling), full attention and SiLU, in float32 on CPU (not over a
+    4-bit base)."""
     cfg = getattr(model, "config", None)
-    if cfg is None or getattr(cfg, "model_type", "") != "qwen2":
+    if cfg is None or getattr(cfg, "model_type", "") not in FAMILIES:
         return False
     rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_type", "default")
     weight = model.get_input_embeddings().weight
+    linear = model.model.layers[0].self_attn.q_proj.weight  # a 4-bit base packs it as uint8
     return (rope == "default" and not getattr(cfg, "use_sliding_window", False) and cfg.hidden_act == "silu"
-            and weight.dtype == torch.float32 and weight.device.type == "cpu")
+            and weight.dtype == linear.dtype == torch.float32 and weight.device.type == "cpu")
 
 
 class SmallDecoder:
@@ -56,7 +64,7 @@ class SmallDecoder:
 
     def __init__(self, model, *more):
         if not all(supports(m) for m in (model, *more)):
-            raise ValueError("SmallDecoder runs float32 Qwen2 models with default RoPE on CPU only")
+            raise ValueError("SmallDecoder runs float32 Qwen2 or Llama models with default RoPE on CPU only")
         self.models = 1
         cfg, core = model.config, model.model
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
