@@ -111,3 +111,27 @@ def test_extract_phase_rejects_bad_configuration():
         extract_phase("x", [])
     with pytest.raises(ValueError, match="default 9"):
         extract_phase("x", PHASES, default=9)
+
+
+def test_the_brief_style_lists_summed_counts_per_phase_and_opens_the_answer_tag():
+    from llmtraffic.llm.tiny import CHATML_TEMPLATE, tiny_tokenizer
+    from llmtraffic.signal.oracle_training import chat_prompter
+    from llmtraffic.signal.prompt import brief_state_text
+
+    text = brief_state_text(STATE)
+    # ETWT = E_through (17, 1, 5, 17) + W_through (3, 2, 7, 20); NTNL = N_through + N_left
+    assert text.splitlines()[:2] == ["Current phase: NTST", "ETWT: 20 queued; approaching 3, 12, 37"]
+    assert text.splitlines()[-1] == "NTNL: 5 queued; approaching 1, 2, 3"
+    tok = tiny_tokenizer(["<signal>ETWT</signal>"])
+    tok.chat_template = CHATML_TEMPLATE
+    past = IntersectionState(time_s=110.0, phase=0, lanes=LANES, phases=PHASES)
+    brief = chat_prompter(tok, style="brief", history=1)(STATE, [(past, 3), (past, 2)])
+    assert brief.endswith("<|im_start|>assistant\n<signal>")
+    assert "1 decision(s) ago" in brief and "<signal>ELWL</signal>" in brief and "NLSL</signal>" not in brief
+    assert "- WTWL: Western through and left-turn lanes" in brief  # the phases, once, in the system prompt
+    none = chat_prompter(tok, style="brief", history=0)(STATE, [(past, 3)])
+    assert "decision(s) ago" not in none and none.count("ETWT: 20 queued") == 1
+    paper = chat_prompter(tok)(STATE, [(past, 3), (past, 2), (past, 1)])
+    assert paper.count("decision(s) ago") == 2 and paper.endswith("<|im_start|>assistant\n")
+    with pytest.raises(ValueError, match="style 'terse'"):
+        chat_prompter(tok, style="terse")

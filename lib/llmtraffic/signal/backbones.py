@@ -185,7 +185,7 @@ def load_backbone(backbone: str, scenario: str, ppo: dict | None = None,
 
     path = hf_path(backbone)
     tok = AutoTokenizer.from_pretrained(path)
-    prompter = chat_prompter(tok, thinking=cfg.thinking)
+    prompter = chat_prompter(tok, thinking=cfg.thinking, style=cfg.prompt, history=cfg.prompt_history)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_policy_model(str(path), cfg.load_in_4bit, device=device)
     return LMPolicy(model, tok, cfg), prompter
@@ -214,9 +214,16 @@ def episode_messages(scenario: str, decisions: int = 12, seed: int = 0) -> list[
     """The paper's chat messages (A.4 system prompt, A.5 states with the two most recent
     state–action pairs, §3.1) at each of the first ``decisions`` decisions of an episode of
     ``scenario`` played by the max-queue heuristic."""
+    from .prompt import messages
+
+    return [messages(state, history) for state, history in episode_states(scenario, decisions, seed)]
+
+
+def episode_states(scenario: str, decisions: int = 12, seed: int = 0) -> list[tuple[IntersectionState, list]]:
+    """(state, the two most recent (state, action) pairs) at each of the first ``decisions``
+    decisions of an episode of ``scenario`` played by the max-queue heuristic."""
     from .controls import MaxQueueController
     from .env import SignalConfig, SignalEnv
-    from .prompt import messages
 
     if decisions < 1:
         raise ValueError(f"decisions must be >= 1, got {decisions}")
@@ -225,7 +232,7 @@ def episode_messages(scenario: str, decisions: int = 12, seed: int = 0) -> list[
         _, info = env.reset(seed=seed)
         for _ in range(decisions):
             state = info["state"]
-            out.append(messages(state, history[-2:]))
+            out.append((state, history[-2:]))
             action = controller.act(state)
             history.append((state, action))
             _, _, term, trunc, info = env.step(action)

@@ -179,9 +179,9 @@ SHARED = ("backbone", "scenario", "surrogate", "eval_seeds", "select_seed", "eva
 """:func:`finetune_together`'s jobs share these: one base model, one prompt, one evaluation."""
 
 
-DECODING = ("max_new_tokens", "temperature", "top_p", "top_k", "thinking")
+DECODING = ("max_new_tokens", "temperature", "top_p", "top_k", "stop_text", "thinking", "prompt", "prompt_history")
 """PPO settings that runs sampling in one batch must share (:meth:`LMPolicy.decoding`; ``thinking``
-changes the prompt)."""
+and the prompt settings change the prompt)."""
 
 TOGETHER = 5
 """Most runs :func:`together_batches` puts in one :func:`finetune_together` call. Measured on the
