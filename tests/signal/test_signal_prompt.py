@@ -135,3 +135,22 @@ def test_the_brief_style_lists_summed_counts_per_phase_and_opens_the_answer_tag(
     assert paper.count("decision(s) ago") == 2 and paper.endswith("<|im_start|>assistant\n")
     with pytest.raises(ValueError, match="style 'terse'"):
         chat_prompter(tok, style="terse")
+
+
+def test_the_parser_reads_20_real_smollm2_answers_as_labelled_by_hand():
+    """Answers SmolLM2-135M-Instruct gave once (recorded in the fixture), each labelled by hand
+    with the phase Algorithm 2 must return: names, cut-off names, an unclosed tag, negations,
+    copied state lines, prose without a phase."""
+    import json
+    from pathlib import Path
+
+    from llmtraffic.signal.prompt import parse_phase
+
+    data = json.loads((Path(__file__).parent / "fixtures" / "smollm2_answers.json").read_text())
+    phases = {sc: [Phase(i, p["mnemonic"], p["description"], ()) for i, p in enumerate(ps)]
+              for sc, ps in data["phases"].items()}
+    answers = data["answers"]
+    assert len(answers) == 20 and sum(a["expected"] is None for a in answers) == 9
+    for a in answers:
+        found = parse_phase(a["answer"], phases[a["scenario"]])
+        assert (None if found is None else phases[a["scenario"]][found].mnemonic) == a["expected"], a

@@ -360,6 +360,9 @@ class Exchange:
     """log pi_ref (adapters disabled) of each answer token."""
     old_values: Tensor | None = None
     """V_phi(s_l) before each answer token."""
+    states: Tensor | None = None
+    """With LoRA on the top layers only: the hidden states entering the lowest adapted layer at
+    every prompt and answer position (frozen weights below it, so the update starts there)."""
 
 
 class LMPolicy:
@@ -388,6 +391,8 @@ class LMPolicy:
             names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
                             if isinstance(m, nn.Linear) and ".layers." in f".{n}"})
             placement = {"target_modules": names, "layers_to_transform": list(range(depth - cfg.lora_layers, depth))}
+        self.frozen = depth - cfg.lora_layers if cfg.lora_layers else 0
+        """Decoder layers below the adapters (the same in the policy, pi_ref and every update)."""
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           task_type="CAUSAL_LM", **placement)
         with torch.random.fork_rng(devices=[]):  # peft and nn.Linear draw from the global generator
@@ -593,9 +598,12 @@ class LMPolicy:
             for start in range(0, len(self.pending), self.cfg.minibatch_size):
                 batch = self.pending[start : start + self.cfg.minibatch_size]
                 prompts, answers = [e.prompt_ids for e in batch], [e.answer_ids for e in batch]
-                if fast:
-                    logp, values, _ = self._evaluate(prompts, answers, sampler)
-                    ref_logp, _, _ = self._evaluate(prompts, answers, self._reference)
+                if fast:  # the frozen layers once for both: the policy and pi_ref differ above them only
+                    states = self._states(prompts, answers) if self.frozen else None
+                    logp, values, _ = self._evaluate(prompts, answers, sampler, states=states)
+                    ref_logp, _, _ = self._evaluate(prompts, answers, self._reference, states=states)
+                    for row, ex in enumerate(batch if states is not None else []):
+                        ex.states = states[row, : len(ex.prompt_ids) + len(ex.answer_ids)].clone()
                 else:
                     logp, values, _ = self._evaluate(prompts, answers)
                     with self.model.disable_adapter():  # pi_ref: the same base without adapters
@@ -606,20 +614,31 @@ class LMPolicy:
                         t[row, :n].cpu() for t in (logp, ref_logp, values))
         self.pending = []
 
+    def _ids(self, prompts: list[Tensor], answers: list[Tensor]) -> tuple[Tensor, int]:
+        """Prompt + answer ids of a batch, right-padded, and the prompts' common prefix length."""
+        seqs = [torch.cat([p.to(self.device), a.to(self.device)]) for p, a in zip(prompts, answers)]
+        return (nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=self.pad_id),
+                min(common_prefix(prompts[0], p) for p in prompts))
+
+    def _states(self, prompts: list[Tensor], answers: list[Tensor]) -> Tensor:
+        """The hidden states entering the lowest adapted layer, of a batch as :meth:`_ids` pads it."""
+        ids, shared = self._ids(prompts, answers)
+        return self._reference.states(ids, self.frozen, shared)
+
     def _evaluate(self, prompts: list[Tensor], answers: list[Tensor], decoder: SmallDecoder | None = None,
-                  lora: list | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                  lora: list | None = None, states: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Log-probabilities and values at each answer token of a right-padded batch, computed
         by the adapter-wrapped model or by ``decoder`` (with the low-rank factors ``lora``, see
-        :meth:`_factors`).
+        :meth:`_factors`; from ``states``, the hidden states entering the lowest adapted layer,
+        where given).
 
         Returns ``logp``, ``values`` and ``mask``, each (batch, longest answer). The LM head runs
         only on answer positions, so memory does not scale with prompt length x vocabulary.
         """
-        dev, pad = self.device, self.pad_id
+        dev = self.device
         p_len = torch.tensor([len(p) for p in prompts], device=dev)
         a_len = torch.tensor([len(a) for a in answers], device=dev)
-        seqs = [torch.cat([p.to(dev), a.to(dev)]) for p, a in zip(prompts, answers)]
-        ids = nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=pad)
+        ids, shared = self._ids(prompts, answers)
         attention = (torch.arange(ids.shape[1], device=dev)[None] < (p_len + a_len)[:, None]).long()
         steps = torch.arange(int(a_len.max()), device=dev)
         mask = (steps[None] < a_len[:, None]).float()
@@ -630,8 +649,8 @@ class LMPolicy:
             hidden = base.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
             head = base.get_output_embeddings()
         else:  # the prompts' common prefix (system prompt, intersection) computed once per batch
-            shared = min(common_prefix(prompts[0], p) for p in prompts)
-            hidden, head = decoder.hidden(ids, lora, prefix=shared), decoder.output
+            hidden = decoder.hidden(ids, lora, shared, states, self.frozen if states is not None else 0)
+            head = decoder.output
         h = hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))
         logits = head(h).float() / (self.cfg.temperature or 1.0)
         targets = ids.gather(1, pos + 1)
@@ -681,8 +700,11 @@ class LMPolicy:
 
         old_logp, ref_logp, old_values = (padded([getattr(e, k) for e in batch]) for k in ("old_logp", "ref_logp", "old_values"))
         adv, returns = padded([a for a, _ in targets]), padded([r for _, r in targets])
-        logp, values, mask = self._evaluate([e.prompt_ids for e in batch], [e.answer_ids for e in batch],
-                                            *self._trainer())
+        decoder, lora = self._trainer()
+        states = (nn.utils.rnn.pad_sequence([e.states for e in batch], batch_first=True)
+                  if decoder is not None and all(e.states is not None for e in batch) else None)
+        logp, values, mask = self._evaluate([e.prompt_ids for e in batch], [e.answer_ids for e in batch], decoder, lora,
+                                            states)
         if cfg.standardize_advantages:
             adv = standardize(adv, mask)
         policy_loss = clipped_surrogate_loss(logp, old_logp, adv, cfg.clip_low, cfg.clip_high, mask)

@@ -184,7 +184,7 @@ class SmallDecoder:
         return self.output(self._rms(h[:, -1], self.norm)), new_cache
 
     def hidden(self, ids: Tensor, lora: list[dict[str, tuple[Tensor, Tensor]]] | None = None,
-               prefix: int = 0) -> Tensor:
+               prefix: int = 0, states: Tensor | None = None, start: int = 0) -> Tensor:
         """The last hidden state (after the final norm) at every position of ``ids`` (batch,
         length), as the model's ``last_hidden_state``. Rows may be right-padded: attention is
         causal, so padding after a row's end changes none of its earlier positions.
@@ -193,13 +193,17 @@ class SmallDecoder:
         :meth:`_linear`), e.g. a policy's adapters, differentiable: the PPO update's forward
         without the adapter wrappers' per-module overhead. Layers below the lowest adapted one
         run without gradients (nothing to train there). ``prefix``: the rows' first ``prefix``
-        ids are equal (a constant system prompt), computed once for all rows."""
+        ids are equal (a constant system prompt), computed once for all rows. ``states``: the
+        hidden states entering layer ``start`` (:meth:`states`), which then runs first."""
         self._one_model("hidden")
-        if 0 < prefix < ids.shape[1] and len(ids) > 1:
-            h = self._shared_trunk(ids, prefix, lora)
-        else:
-            h = self._trunk(ids, None, cached=False, lora=lora)[0]
-        return self._rms(h, self.norm)
+        h = F.embedding(ids, self.embed) if states is None else states
+        return self._rms(self._pass(h, prefix, lora, range(start, len(self.layers))), self.norm)
+
+    def states(self, ids: Tensor, upto: int, prefix: int = 0) -> Tensor:
+        """The hidden states entering layer ``upto`` at every position of ``ids`` (as :meth:`hidden`;
+        for a later ``hidden(..., states=, start=upto)``, e.g. of models that differ only above)."""
+        self._one_model("states")
+        return self._pass(F.embedding(ids, self.embed), prefix, None, range(upto))
 
     def _one_model(self, what: str) -> None:
         if self.models != 1:
@@ -210,34 +214,30 @@ class SmallDecoder:
         return F.linear(h, self.lm_head)
 
     def _trunk(self, ids: Tensor, cache: KVCache | None, positions: Tensor | None = None,
-               mask: Tensor | None = None, cached: bool = True,
-               lora: list[dict[str, tuple[Tensor, Tensor]]] | None = None) -> tuple[Tensor, KVCache | None]:
+               mask: Tensor | None = None) -> tuple[Tensor, KVCache]:
         """The decoder layers: hidden states before the final norm, and the extended cache (a
-        new one without ``cache``; None with ``cached=False``, for scoring).
+        new one without ``cache``).
 
         Rows of one prompt each (see :meth:`sample_each`) pass their own ``positions`` (batch,
         length) and an attention ``mask`` (batch, 1, length, keys; True = may attend); without
         them, positions follow the cache and attention is causal."""
-        batch, length = ids.shape
+        length = ids.shape[1]
         rope = None if positions is None else (self.cos[positions][:, None], self.sin[positions][:, None])
         start = 0 if cache is None else cache.length
         h = F.embedding(ids, self.embed)
         computed = []
-        with _FrozenBelow(lora) as gate:
-            for i, p in enumerate(self.layers):
-                gate.at(i)
-                extra = lora[i] if lora is not None else {}
-                q, k, v = self._qkv(h, p, extra, start, rope)
-                if cache is not None:
-                    k, v = cache.write(i, k, v)
-                elif cached:
-                    computed.append((k, v))
-                attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                      is_causal=mask is None and cache is None and length > 1,
-                                                      enable_gqa=self.heads != self.kv_heads)
-                h = self._rest(h, attn, p, extra)
+        for i, p in enumerate(self.layers):
+            q, k, v = self._qkv(h, p, {}, start, rope)
+            if cache is not None:
+                k, v = cache.write(i, k, v)
+            else:
+                computed.append((k, v))
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                  is_causal=mask is None and cache is None and length > 1,
+                                                  enable_gqa=self.heads != self.kv_heads)
+            h = self._rest(h, attn, p, {})
         if cache is None:
-            return h, KVCache(computed) if cached else None
+            return h, KVCache(computed)
         cache.length += length
         return h, cache
 
@@ -260,27 +260,30 @@ class SmallDecoder:
         gate, up = self._linear(self._rms(h, p["norm2"]), *p["gate_up"], extra.get("gate_up")).chunk(2, -1)
         return h + self._linear(F.silu(gate) * up, *p["down"], extra.get("down"))
 
-    def _shared_trunk(self, ids: Tensor, prefix: int, lora: list | None) -> Tensor:
-        """:meth:`_trunk` (``cached=False``) of rows whose first ``prefix`` ids are the same:
-        that prefix is computed once (one row; its keys and values expanded to every row, so
-        gradients from every row reach it), the rest of each row attends to it."""
-        rows, length = ids.shape
-        head, tail = F.embedding(ids[:1, :prefix], self.embed), F.embedding(ids[:, prefix:], self.embed)
+    def _pass(self, h: Tensor, prefix: int, lora: list | None, layers: range) -> Tensor:
+        """``layers`` over hidden states ``h`` (rows, length, hidden) without a cache (scoring).
+        The rows' first ``prefix`` positions are the same: they are computed once (one row; its
+        keys and values expanded to every row, so gradients from every row reach it), the rest
+        of each row attends to them."""
+        rows, length = h.shape[:2]
+        prefix = prefix if rows > 1 and prefix < length else 0
+        head, tail = h[:1, :prefix], h[:, prefix:]
         mask = torch.arange(length)[None] <= prefix + torch.arange(length - prefix)[:, None]
         gqa = self.heads != self.kv_heads
         with _FrozenBelow(lora) as gate:
-            for i, p in enumerate(self.layers):
+            for i in layers:
                 gate.at(i)
-                extra = lora[i] if lora is not None else {}
-                qh, kh, vh = self._qkv(head, p, extra, 0)
+                p, extra = self.layers[i], lora[i] if lora is not None else {}
                 qt, kt, vt = self._qkv(tail, p, extra, prefix)
-                keys = torch.cat((kh.expand(rows, -1, -1, -1), kt), 2)
-                values = torch.cat((vh.expand(rows, -1, -1, -1), vt), 2)
-                head = self._rest(head, F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, enable_gqa=gqa), p,
-                                  extra)
-                tail = self._rest(tail, F.scaled_dot_product_attention(qt, keys, values, attn_mask=mask, enable_gqa=gqa),
+                if prefix:
+                    qh, kh, vh = self._qkv(head, p, extra, 0)
+                    kt = torch.cat((kh.expand(rows, -1, -1, -1), kt), 2)
+                    vt = torch.cat((vh.expand(rows, -1, -1, -1), vt), 2)
+                    head = self._rest(head, F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, enable_gqa=gqa),
+                                      p, extra)
+                tail = self._rest(tail, F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=gqa),
                                   p, extra)
-        return torch.cat((head.expand(rows, -1, -1), tail), 1)
+        return torch.cat((head.expand(rows, -1, -1), tail), 1) if prefix else tail
 
     # --- sampling ------------------------------------------------------------------------
 
