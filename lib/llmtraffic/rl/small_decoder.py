@@ -232,25 +232,14 @@ class SmallDecoder:
                 k, v = cache.write(i, k, v)
             else:
                 computed.append((k, v))
-            h = self._rest(h, self._attend(q, k, v, mask, causal=cache is None and length > 1), p, {})
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                  is_causal=mask is None and cache is None and length > 1,
+                                                  enable_gqa=self.heads != self.kv_heads)
+            h = self._rest(h, attn, p, {})
         if cache is None:
             return h, KVCache(computed)
         cache.length += length
         return h, cache
-
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-        """Attention of queries (batch, heads, length, dim) to keys and values (batch, kv_heads,
-        keys, dim). A decoding step (length 1) of a grouped-query model runs each key head's
-        group of query heads as that head's queries, where ``enable_gqa`` would copy the keys
-        and values once per group member (SmolLM2, 8 rows of ~430 keys: most of a step's
-        attention time)."""
-        batch, heads, length, dim = q.shape
-        if length == 1 and heads != self.kv_heads and not causal:
-            grouped = q.view(batch, self.kv_heads, heads // self.kv_heads, dim)  # head h reads key head h // group
-            out = F.scaled_dot_product_attention(grouped, k, v, attn_mask=mask)
-            return out.view(batch, heads, 1, dim)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
-                                              enable_gqa=heads != self.kv_heads)
 
     def _qkv(self, h: Tensor, p: dict, extra: dict, start: int, rope=None) -> tuple[Tensor, Tensor, Tensor]:
         """A layer's queries, keys and values of hidden states ``h`` (batch, length, hidden),
