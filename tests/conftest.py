@@ -27,3 +27,17 @@ def _isolated_outputs(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def smollm2(_isolated_outputs):
+    """SmolLM2-135M-Instruct from its package through the project's loader, fp32 on one thread:
+    (model, tokenizer). The dequantized folder is built once per session in the test runs dir."""
+    import torch
+
+    from llmtraffic.rl import gguf_weights
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield gguf_weights.load("smollm2-135m")
+    torch.set_num_threads(threads)

@@ -146,3 +146,43 @@ def test_stacked_decoders_answer_n_times_per_prompt_as_each_alone():
         SmallDecoder.stack([alone[0], SmallDecoder(changed)])
     with pytest.raises(ValueError, match="2 generators for 4 prompts"):
         stacked.sample_each(prompts, 8, [0], 0, generators=gens()[:2])
+
+
+def test_the_shared_prefix_is_prefilled_once_and_never_reused_after_the_weights_change():
+    model, tok = tiny()
+    decoder = SmallDecoder(model)
+    computed = []
+    trunk = decoder._trunk
+    decoder._trunk = lambda ids, *a, **k: (computed.append(tuple(ids.shape)), trunk(ids, *a, **k))[1]
+    system = tok("Queue on north approach: 12 vehicles. Choose the next phase.", return_tensors="pt").input_ids[0]
+    states = [torch.cat([system, torch.tensor(x)]) for x in ([5, 9, 17], [5, 30, 2, 8], [40, 3])]
+    fresh = lambda: SmallDecoder(model)  # noqa: E731
+    for state in states:
+        ours = decoder.sample(state, 3, 6, [0], 0, temperature=0)
+        assert torch.equal(ours, fresh().sample(state, 3, 6, [0], 0, temperature=0))
+    prefills = [length for rows, length in computed if rows == 1]  # decoding steps forward 3 rows
+    assert prefills[:2] == [len(states[0]) - 1, 1]  # the prompt less its last token, then that token
+    assert prefills[2:4] == [len(states[1]) - 1 - (len(system) + 1), 1]  # only what differs from the kept prefix
+    # the adapted decoder (new weights) computes the whole prompt again
+    del decoder._trunk
+    assert decoder._kept is not None
+    delta = [{"o": torch.randn(layer["o"][0].shape, generator=torch.Generator().manual_seed(2)) * 0.3}
+             for layer in decoder.layers]
+    adapted = decoder.adapted(delta)
+    assert adapted._kept is None
+    merged = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer, d in zip(merged.model.layers, delta):
+            layer.self_attn.o_proj.weight.add_(d["o"])
+    assert torch.equal(adapted.sample(states[2], 2, 6, [0], 0, temperature=0),
+                       SmallDecoder(merged).sample(states[2], 2, 6, [0], 0, temperature=0))
+
+
+def test_an_answer_stops_where_its_stop_text_ends():
+    model, tok = tiny()
+    ids = tok("Queue on north", return_tensors="pt").input_ids[0]
+    free = SmallDecoder(model).sample(ids, 2, 8, [-1], 0, temperature=0)
+    end = int(free[0, 2])  # stop once the third token is sampled
+    stopped = SmallDecoder(model).sample(ids, 2, 8, [-1], 0, temperature=0,
+                                         stop=lambda out: out[:, -1] == end if out.shape[1] == 3 else torch.zeros(len(out), dtype=torch.bool))
+    assert stopped.shape[1] == 3 and torch.equal(stopped, free[:, :3])

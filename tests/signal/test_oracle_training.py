@@ -91,6 +91,8 @@ def test_entropy_reward_clusters_answers_by_phase_not_by_text():
     agreement = answer_agreement([0, 0, 0, 1], texts)
     assert agreement["entropy"] == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
     assert agreement["text_entropy"] == pytest.approx(math.log(4))
+    assert agreement["rewordings"] == 2  # NTST in three wordings, ETWT in one
+    assert answer_agreement([1, 1, None], ["<signal>ETWT</signal>", " <signal>ETWT</signal>", "x"])["rewordings"] == 0
     after = IntersectionState(20.0, 0, {"n": LaneCounts(1, 0, 0, 0), "e": LaneCounts(1, 0, 0, 0)}, (ns, ew))
     naive = RewardConfig(entropy="naive")(state, action, after, counts)
     assert naive == pytest.approx(3 + 0.75)  # R_env = 5 - 2 queued, r_E = 3/4 (by text it would be 1/4)

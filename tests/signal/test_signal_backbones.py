@@ -100,3 +100,13 @@ def test_benchmark_prompts_carry_two_past_states_and_are_counted_with_the_tokeni
     assert how == "tokenizer" and n == len(tok.apply_chat_template(chats[3], add_generation_prompt=True, return_dict=False))
     assert prompt_tokens([{"role": "user", "content": "abcdefg"}]) == (2, "assumed 3.5 characters per token")
     assert prompt_tokens([{"role": "user", "content": "abcdefgh"}])[0] == 3  # rounded up
+
+
+def test_registered_gguf_backbones_run_here_in_fp32_with_their_card_names():
+    from llmtraffic.signal.backbones import backbone_title
+
+    for name, title in [("smollm2-135m", "SmolLM2-135M-Instruct"), ("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct")]:
+        assert backbone_unavailable(name) is None  # installed by make venv (requirements-models.txt)
+        assert backbone_title(name) == title
+        assert ppo_config(name, "cologne1").load_in_4bit is False
+    assert backbone_unavailable("Qwen3-0.6B") is not None or torch.cuda.is_available()

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from . import small_decoder
-from .small_decoder import SmallDecoder
+from .small_decoder import SmallDecoder, common_prefix
 
 # ----------------------------------------------------------------------------- configuration
 
@@ -52,10 +52,24 @@ class PPOConfig:
     prompt already asks for step-by-step analysis in the visible answer, and a thinking block
     uses up the paper's 512 new tokens before the ``<signal>`` tag (see
     :func:`llmtraffic.signal.oracle_training.chat_prompter`)."""
+    prompt: str = "paper"
+    """Prompt style of a chat backbone: ``paper`` (A.4 + A.5) or ``brief`` (one line per phase,
+    answer only; see :data:`llmtraffic.signal.prompt.STYLES`). Like ``thinking``, it shapes
+    what the policy reads, so runs that sample together must share it."""
+    prompt_history: int = 2
+    """State–action pairs of earlier decisions in the prompt (§3.1: the two most recent)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory for long prompts, ~30 % slower)."""
     lora_rank: int = 16
     """LoRA rank r on all linear layers (§4.1.3)."""
+    lora_layers: int = 0
+    """Adapt the top ``lora_layers`` decoder layers only (0 = every layer, the paper's §4.1.3):
+    an update then runs the frozen layers below them without gradients (a departure for speed
+    on the CPU, named in the labels where it is used)."""
+    stop_text: str = ""
+    """End an answer once it has written this text (e.g. ``</signal>``; "" = at the end-of-turn
+    token only, as the paper's answers end). Algorithm 2 reads the last valid tag, so stopping
+    at the first is a departure (a parameter, named in the labels where it is used)."""
     lora_alpha: int = 32
     """LoRA scaling numerator (alpha / r scales the adapter output)."""
     lora_dropout: float = 0.0
@@ -101,6 +115,8 @@ class PPOConfig:
     """Seeds adapter initialisation, value head, sampling and minibatch shuffling."""
 
     def __post_init__(self) -> None:
+        if self.lora_layers < 0:
+            raise ValueError(f"PPOConfig.lora_layers must be >= 0 (0 = every layer), got {self.lora_layers}")
         for name in ("group_size", "max_new_tokens", "lora_rank", "epochs", "minibatch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PPOConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -262,6 +278,11 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def _adapted(modules) -> bool:
+    """Whether peft wrapped these projections with adapters (not with ``lora_layers`` below the top)."""
+    return all(hasattr(m, "lora_A") for m in modules)
+
+
 def pad_token_id(tokenizer) -> int:
     """The id that fills padded positions: the tokenizer's pad token, else its EOS.
 
@@ -284,6 +305,32 @@ def stop_token_ids(model, tokenizer) -> list[int]:
     if not out:
         raise ValueError("neither the tokenizer nor the model's generation config names an EOS token")
     return out
+
+
+class StopText:
+    """Which answers have just written ``text`` (a :data:`small_decoder.Stop`), and where an
+    answer ends by it. Only a token that holds the text's last character can end it, so the
+    rows' tails are decoded only after such a token."""
+
+    def __init__(self, tokenizer, text: str):
+        self.tokenizer, self.text = tokenizer, text
+        pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+        self.closing = torch.tensor([text[-1] in piece for piece in pieces])
+        self.tail = len(tokenizer(text, add_special_tokens=False).input_ids) + 2
+        """Tokens decoded to look for the text (its own tokenization, and a little more)."""
+
+    def __call__(self, out: Tensor) -> Tensor:
+        ended = torch.zeros(len(out), dtype=torch.bool)
+        for row in self.closing[out[:, -1].clamp(max=len(self.closing) - 1)].nonzero()[:, 0].tolist():
+            ended[row] = self.text in self.tokenizer.decode(out[row, -self.tail:])
+        return ended
+
+    def end(self, answer: Tensor) -> int | None:
+        """Tokens of ``answer`` up to the end of the first occurrence of the text, or None."""
+        for at in self.closing[answer.clamp(max=len(self.closing) - 1)].nonzero()[:, 0].tolist():
+            if self.text in self.tokenizer.decode(answer[max(0, at + 1 - self.tail) : at + 1]):
+                return at + 1
+        return None
 
 
 # ----------------------------------------------------------------------------- policy
@@ -313,6 +360,9 @@ class Exchange:
     """log pi_ref (adapters disabled) of each answer token."""
     old_values: Tensor | None = None
     """V_phi(s_l) before each answer token."""
+    states: Tensor | None = None
+    """With LoRA on the top layers only: the hidden states entering the lowest adapted layer at
+    every prompt and answer position (frozen weights below it, so the update starts there)."""
 
 
 class LMPolicy:
@@ -325,6 +375,7 @@ class LMPolicy:
         self.rng = np.random.default_rng(cfg.seed)
         self.stop_ids = stop_token_ids(model, tokenizer)
         self.pad_id = pad_token_id(tokenizer)
+        self.stop = StopText(tokenizer, cfg.stop_text) if cfg.stop_text else None
         if cfg.load_in_4bit and not _is_4bit(model):
             model = load_policy_model(model, load_in_4bit=True)
         self._reference = SmallDecoder(model) if small_decoder.supports(model) else None
@@ -332,8 +383,18 @@ class LMPolicy:
         the model; it reads the frozen base weights, which the adapters leave untouched."""
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        depth = model.config.num_hidden_layers
+        if cfg.lora_layers > depth:
+            raise ValueError(f"PPOConfig.lora_layers = {cfg.lora_layers}: the model has {depth} decoder layers")
+        placement: dict = {"target_modules": "all-linear"}
+        if cfg.lora_layers:  # peft takes a layer subset only with the modules named
+            names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                            if isinstance(m, nn.Linear) and ".layers." in f".{n}"})
+            placement = {"target_modules": names, "layers_to_transform": list(range(depth - cfg.lora_layers, depth))}
+        self.frozen = depth - cfg.lora_layers if cfg.lora_layers else 0
+        """Decoder layers below the adapters (the same in the policy, pi_ref and every update)."""
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                          target_modules="all-linear", task_type="CAUSAL_LM")
+                          task_type="CAUSAL_LM", **placement)
         with torch.random.fork_rng(devices=[]):  # peft and nn.Linear draw from the global generator
             torch.manual_seed(cfg.seed)
             self.model = get_peft_model(model, lora)
@@ -396,7 +457,7 @@ class LMPolicy:
         ids = [tok(p, return_tensors="pt", add_special_tokens=False).input_ids[0] for p in prompts]
         gens = [torch.Generator().manual_seed(int(rng.integers(2**62))) for rng in rngs]
         out = sampler.sample_each(ids, cfg.max_new_tokens, self.stop_ids, self.pad_id, cfg.temperature, cfg.top_p,
-                                  cfg.top_k, gens)
+                                  cfg.top_k, gens, stop=self.stop)
         return [tok.decode(self._trim(row), skip_special_tokens=True) for row in out]
 
     def sample_groups(self, prompts: list[str], rng: np.random.Generator, chunk: int = 64) -> list[list[str]]:
@@ -417,7 +478,7 @@ class LMPolicy:
             ids = [tok(p, return_tensors="pt", add_special_tokens=False).input_ids[0] for p in block]
             gens = [torch.Generator().manual_seed(s) for s in seeds[start : start + chunk]]
             out = sampler.sample_each(ids, cfg.max_new_tokens, self.stop_ids, self.pad_id, cfg.temperature, cfg.top_p,
-                                      cfg.top_k, gens, n=g)
+                                      cfg.top_k, gens, n=g, stop=self.stop)
             texts += [[tok.decode(self._trim(row), skip_special_tokens=True) for row in out[g * i : g * i + g]]
                       for i in range(len(block))]
         return texts
@@ -428,7 +489,7 @@ class LMPolicy:
         cfg, sampler = self.cfg, self._sampler()
         if isinstance(sampler, SmallDecoder):
             return sampler.sample(prompt_ids[0], g, cfg.max_new_tokens, self.stop_ids, self.pad_id, cfg.temperature,
-                                  cfg.top_p, cfg.top_k, torch.Generator().manual_seed(seed))
+                                  cfg.top_p, cfg.top_k, torch.Generator().manual_seed(seed), self.stop)
         sampling = dict(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
         sampler.eval()
         with torch.no_grad(), torch.random.fork_rng(devices=self._rng_devices()):
@@ -439,6 +500,7 @@ class LMPolicy:
                 max_new_tokens=cfg.max_new_tokens,
                 pad_token_id=self.pad_id,
                 eos_token_id=self.stop_ids,
+                **(dict(stop_strings=[cfg.stop_text], tokenizer=self.tokenizer) if cfg.stop_text else {}),
                 **(sampling if cfg.temperature > 0 else dict(do_sample=False)),
             )
         return out[:, prompt_ids.shape[1]:]
@@ -464,7 +526,7 @@ class LMPolicy:
         (peft's own delta weights, q/k/v and gate/up concatenated as the decoder fuses them)."""
         with torch.no_grad():
             return [{name: torch.cat([m.get_delta_weight(m.active_adapters[0]) for m in modules])
-                     for name, modules in small_decoder.fused_modules(layer).items()}
+                     for name, modules in small_decoder.fused_modules(layer).items() if _adapted(modules)}
                     for layer in self.model.get_base_model().model.layers]
 
     def _factors(self) -> list[dict[str, tuple[Tensor, Tensor]]]:
@@ -476,7 +538,8 @@ class LMPolicy:
             return (torch.cat([m.lora_A[name].weight for m in modules]),
                     torch.block_diag(*(m.lora_B[name].weight * m.scaling[name] for m in modules)))
 
-        return [{name: factors(modules) for name, modules in small_decoder.fused_modules(layer).items()}
+        return [{name: factors(modules) for name, modules in small_decoder.fused_modules(layer).items()
+                 if _adapted(modules)}
                 for layer in self.model.get_base_model().model.layers]
 
     def _trainer(self) -> tuple[SmallDecoder | None, list | None]:
@@ -504,15 +567,19 @@ class LMPolicy:
     def decoding(self) -> tuple:
         """What two policies must share to sample in one batch: the decoding settings and tokens."""
         cfg = self.cfg
-        return cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, tuple(self.stop_ids), self.pad_id
+        return (cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, tuple(self.stop_ids), self.pad_id,
+                cfg.stop_text)
 
     def _rng_devices(self) -> list:
         return [self.device] if self.device.type == "cuda" else []
 
     def _trim(self, answer: Tensor) -> Tensor:
-        """Tokens up to and including the first stop token (generate pads finished rows)."""
+        """Tokens up to and including the first stop token or stop text (generate pads finished
+        rows, maybe with a stop token's id)."""
         eos = torch.isin(answer, answer.new_tensor(self.stop_ids)).nonzero()
-        answer = answer[: int(eos[0]) + 1] if len(eos) else answer
+        end = int(eos[0]) + 1 if len(eos) else len(answer)
+        text_end = self.stop.end(answer.cpu()) if self.stop is not None else None
+        answer = answer[: min(end, text_end or end)]
         return answer if len(answer) else answer.new_tensor([self.stop_ids[0]])
 
     def score_pending(self) -> None:
@@ -531,9 +598,12 @@ class LMPolicy:
             for start in range(0, len(self.pending), self.cfg.minibatch_size):
                 batch = self.pending[start : start + self.cfg.minibatch_size]
                 prompts, answers = [e.prompt_ids for e in batch], [e.answer_ids for e in batch]
-                if fast:
-                    logp, values, _ = self._evaluate(prompts, answers, sampler)
-                    ref_logp, _, _ = self._evaluate(prompts, answers, self._reference)
+                if fast:  # the frozen layers once for both: the policy and pi_ref differ above them only
+                    states = self._states(prompts, answers) if self.frozen else None
+                    logp, values, _ = self._evaluate(prompts, answers, sampler, states=states)
+                    ref_logp, _, _ = self._evaluate(prompts, answers, self._reference, states=states)
+                    for row, ex in enumerate(batch if states is not None else []):
+                        ex.states = states[row, : len(ex.prompt_ids) + len(ex.answer_ids)].clone()
                 else:
                     logp, values, _ = self._evaluate(prompts, answers)
                     with self.model.disable_adapter():  # pi_ref: the same base without adapters
@@ -544,20 +614,31 @@ class LMPolicy:
                         t[row, :n].cpu() for t in (logp, ref_logp, values))
         self.pending = []
 
+    def _ids(self, prompts: list[Tensor], answers: list[Tensor]) -> tuple[Tensor, int]:
+        """Prompt + answer ids of a batch, right-padded, and the prompts' common prefix length."""
+        seqs = [torch.cat([p.to(self.device), a.to(self.device)]) for p, a in zip(prompts, answers)]
+        return (nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=self.pad_id),
+                min(common_prefix(prompts[0], p) for p in prompts))
+
+    def _states(self, prompts: list[Tensor], answers: list[Tensor]) -> Tensor:
+        """The hidden states entering the lowest adapted layer, of a batch as :meth:`_ids` pads it."""
+        ids, shared = self._ids(prompts, answers)
+        return self._reference.states(ids, self.frozen, shared)
+
     def _evaluate(self, prompts: list[Tensor], answers: list[Tensor], decoder: SmallDecoder | None = None,
-                  lora: list | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                  lora: list | None = None, states: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Log-probabilities and values at each answer token of a right-padded batch, computed
         by the adapter-wrapped model or by ``decoder`` (with the low-rank factors ``lora``, see
-        :meth:`_factors`).
+        :meth:`_factors`; from ``states``, the hidden states entering the lowest adapted layer,
+        where given).
 
         Returns ``logp``, ``values`` and ``mask``, each (batch, longest answer). The LM head runs
         only on answer positions, so memory does not scale with prompt length x vocabulary.
         """
-        dev, pad = self.device, self.pad_id
+        dev = self.device
         p_len = torch.tensor([len(p) for p in prompts], device=dev)
         a_len = torch.tensor([len(a) for a in answers], device=dev)
-        seqs = [torch.cat([p.to(dev), a.to(dev)]) for p, a in zip(prompts, answers)]
-        ids = nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=pad)
+        ids, shared = self._ids(prompts, answers)
         attention = (torch.arange(ids.shape[1], device=dev)[None] < (p_len + a_len)[:, None]).long()
         steps = torch.arange(int(a_len.max()), device=dev)
         mask = (steps[None] < a_len[:, None]).float()
@@ -567,8 +648,9 @@ class LMPolicy:
             base = self.model.get_base_model()
             hidden = base.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
             head = base.get_output_embeddings()
-        else:
-            hidden, head = decoder.hidden(ids, lora), decoder.output
+        else:  # the prompts' common prefix (system prompt, intersection) computed once per batch
+            hidden = decoder.hidden(ids, lora, shared, states, self.frozen if states is not None else 0)
+            head = decoder.output
         h = hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))
         logits = head(h).float() / (self.cfg.temperature or 1.0)
         targets = ids.gather(1, pos + 1)
@@ -618,8 +700,11 @@ class LMPolicy:
 
         old_logp, ref_logp, old_values = (padded([getattr(e, k) for e in batch]) for k in ("old_logp", "ref_logp", "old_values"))
         adv, returns = padded([a for a, _ in targets]), padded([r for _, r in targets])
-        logp, values, mask = self._evaluate([e.prompt_ids for e in batch], [e.answer_ids for e in batch],
-                                            *self._trainer())
+        decoder, lora = self._trainer()
+        states = (nn.utils.rnn.pad_sequence([e.states for e in batch], batch_first=True)
+                  if decoder is not None and all(e.states is not None for e in batch) else None)
+        logp, values, mask = self._evaluate([e.prompt_ids for e in batch], [e.answer_ids for e in batch], decoder, lora,
+                                            states)
         if cfg.standardize_advantages:
             adv = standardize(adv, mask)
         policy_loss = clipped_surrogate_loss(logp, old_logp, adv, cfg.clip_low, cfg.clip_high, mask)
@@ -732,5 +817,5 @@ class PolicyGroup:
         ids = [first.tokenizer(q, return_tensors="pt", add_special_tokens=False).input_ids[0] for q in prompts]
         gens = [torch.Generator().manual_seed(int(p.rng.integers(2**62))) for p in self.policies]
         out = decoder.sample_each(ids, cfg.max_new_tokens, first.stop_ids, first.pad_id, cfg.temperature, cfg.top_p,
-                                  cfg.top_k, gens, n=g)
+                                  cfg.top_k, gens, n=g, stop=first.stop)
         return [p._exchange(q, out[g * i : g * i + g], record=True) for i, (p, q) in enumerate(zip(self.policies, ids))]

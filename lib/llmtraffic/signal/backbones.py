@@ -1,6 +1,10 @@
 """The OracleTSC backbones: which can run here, their PPO and decoding settings, loading them.
 
-``surrogate-tiny`` (:mod:`.surrogate`) always runs. The paper's backbones (§4.1.4: Qwen3-0.6B,
+``surrogate-tiny`` (:mod:`.surrogate`) always runs. The real pretrained models of the model
+registry (:mod:`llmtraffic.llm.models`: ``smollm2-135m``, ``qwen2.5-coder-1.5b``) and any
+``.gguf`` file of a Llama- or Qwen2-family instruct model run on the CPU from their packaged
+GGUF, dequantized once into a cached transformers folder (:mod:`llmtraffic.rl.gguf_weights`),
+in fp32 (see :data:`GGUF_PRECISION`). The paper's backbones (§4.1.4: Qwen3-0.6B,
 Qwen3-8B, LLaMA3-8B-Instruct) need their weights in the local Hugging Face cache and a GPU; a
 local folder holding any causal LM with a chat template runs on the GPU if there is one, else on
 the CPU (tests use tiny ones).
@@ -22,6 +26,8 @@ from typing import Any
 import torch
 
 from .. import study
+from ..llm import models
+from ..rl import gguf_weights
 from ..rl.llm_ppo import LMPolicy, PPOConfig, load_policy_model, torch_threads
 from .oracle_training import Prompter, chat_prompter
 from .state import IntersectionState
@@ -32,6 +38,9 @@ SURROGATE = "surrogate-tiny"
 
 NEEDS_GPU = "needs local weights and a GPU (paper profile)"
 """Why a paper backbone cannot run here."""
+
+NOT_INSTALLED = "its weight packages are not installed (`make venv`: requirements-models.txt)"
+"""Why a registered GGUF backbone cannot run here."""
 
 PAPER_BACKBONES = {
     "Qwen3-0.6B": "Qwen/Qwen3-0.6B",
@@ -61,10 +70,30 @@ on a shared, loaded 2-core CPU two spinning threads made the surrogate's pre-tra
 a fine-tune job ~10× slower (measured)."""
 
 
+GGUF_PRECISION = "fp32"
+"""How a GGUF backbone's frozen base runs here: fp32, where the paper quantises to 4-bit NF4.
+On this CPU, bitsandbytes' NF4 prefilled SmolLM2 slower than fp32 (measured, ``docs/backbones.md``)
+and :class:`~llmtraffic.rl.small_decoder.SmallDecoder`, the fast sampler, reads fp32 weights;
+rollouts and updates then score with the same weights at the same precision."""
+
+
+def is_real_cpu_backbone(backbone: str) -> bool:
+    """Whether ``backbone`` is a registered packaged model or a ``.gguf`` file."""
+    return gguf_weights.is_gguf_model(backbone)
+
+
+def backbone_title(backbone: str) -> str:
+    """What a backbone is called in labels: a registered model's card name, else its name."""
+    return models.title(backbone) if is_real_cpu_backbone(backbone) else backbone
+
+
 def hf_path(backbone: str) -> Path | None:
-    """A local folder for ``backbone`` (a path, a Table 1 name or a model id), or None."""
+    """A local folder for ``backbone`` (a path, a registered GGUF model or ``.gguf`` file, a
+    Table 1 name or a model id), or None."""
     if Path(backbone).is_dir():
         return Path(backbone)
+    if is_real_cpu_backbone(backbone):
+        return gguf_weights.hf_folder(backbone) if models.installed(backbone) else None
     from huggingface_hub import snapshot_download
 
     try:
@@ -77,6 +106,8 @@ def backbone_unavailable(backbone: str) -> str | None:
     """Why ``backbone`` cannot be fine-tuned here (``NEEDS_GPU``), or None if it can."""
     if backbone == SURROGATE or Path(backbone).is_dir():
         return None
+    if is_real_cpu_backbone(backbone):
+        return None if models.installed(backbone) else NOT_INSTALLED
     if not torch.cuda.is_available() or hf_path(backbone) is None:
         return NEEDS_GPU
     return None
@@ -102,10 +133,13 @@ def decoding_defaults(path: str | Path | None) -> dict[str, Any]:
 
 
 def ppo_config(backbone: str, scenario: str, **overrides: Any) -> PPOConfig:
-    """PPO settings for a backbone: the surrogate's, or for any other Table 8's (4-bit NF4 base)
-    with the backbone's own decoding settings; ``overrides`` win over both."""
+    """PPO settings for a backbone: the surrogate's; a GGUF backbone's (the A.2 defaults over an
+    fp32 base, :data:`GGUF_PRECISION`; the file carries no sampling settings); or for any other
+    Table 8's (4-bit NF4 base) with the backbone's own decoding settings. ``overrides`` win."""
     if backbone == SURROGATE:
         return surrogate_ppo_config(**overrides)
+    if is_real_cpu_backbone(backbone):
+        return PPOConfig(**{"load_in_4bit": False, **overrides})
     table8 = {k: v for k, v in TABLE8.get((backbone, scenario), {}).items() if k != "hurdle"}
     decoding = decoding_defaults(hf_path(backbone))
     return PPOConfig(**{"load_in_4bit": True, **decoding, **table8, **overrides})
@@ -151,7 +185,7 @@ def load_backbone(backbone: str, scenario: str, ppo: dict | None = None,
 
     path = hf_path(backbone)
     tok = AutoTokenizer.from_pretrained(path)
-    prompter = chat_prompter(tok, thinking=cfg.thinking)
+    prompter = chat_prompter(tok, thinking=cfg.thinking, style=cfg.prompt, history=cfg.prompt_history)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_policy_model(str(path), cfg.load_in_4bit, device=device)
     return LMPolicy(model, tok, cfg), prompter
@@ -163,6 +197,8 @@ def backbone_params(backbone: str, scenario: str, ppo: dict | None, surrogate: d
     params: dict[str, Any] = {"backbone": backbone, "ppo": asdict(ppo_config(backbone, scenario, **(ppo or {})))}
     if backbone == SURROGATE:
         params["surrogate"] = surrogate_params(SurrogateConfig(**{"scenario": scenario, **(surrogate or {})}))
+    if is_real_cpu_backbone(backbone):
+        params["weights_sha256"] = gguf_weights.gguf_sha256(backbone)
     return json.loads(json.dumps(params))
 
 
@@ -178,9 +214,16 @@ def episode_messages(scenario: str, decisions: int = 12, seed: int = 0) -> list[
     """The paper's chat messages (A.4 system prompt, A.5 states with the two most recent
     state–action pairs, §3.1) at each of the first ``decisions`` decisions of an episode of
     ``scenario`` played by the max-queue heuristic."""
+    from .prompt import messages
+
+    return [messages(state, history) for state, history in episode_states(scenario, decisions, seed)]
+
+
+def episode_states(scenario: str, decisions: int = 12, seed: int = 0) -> list[tuple[IntersectionState, list]]:
+    """(state, the two most recent (state, action) pairs) at each of the first ``decisions``
+    decisions of an episode of ``scenario`` played by the max-queue heuristic."""
     from .controls import MaxQueueController
     from .env import SignalConfig, SignalEnv
-    from .prompt import messages
 
     if decisions < 1:
         raise ValueError(f"decisions must be >= 1, got {decisions}")
@@ -189,7 +232,7 @@ def episode_messages(scenario: str, decisions: int = 12, seed: int = 0) -> list[
         _, info = env.reset(seed=seed)
         for _ in range(decisions):
             state = info["state"]
-            out.append(messages(state, history[-2:]))
+            out.append((state, history[-2:]))
             action = controller.act(state)
             history.append((state, action))
             _, _, term, trunc, info = env.step(action)

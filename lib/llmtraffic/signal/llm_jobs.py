@@ -73,7 +73,9 @@ def answer_agreement(phases: Sequence[int | None], texts: Sequence[str] | None =
     ``modal_share``: share of answers naming the most common class; ``distinct``: number of
     classes; ``entropy``: discrete semantic entropy −Σ p log p (nats) of the class frequencies;
     ``invalid``: share of answers without a valid phase; with ``texts``, ``text_entropy``: the
-    same over identical answer texts (token-level clusters; ≥ the semantic entropy).
+    same over identical answer texts (token-level clusters; ≥ the semantic entropy), and
+    ``rewordings``: distinct wordings of valid answers beyond one per phase named (0: every
+    phase is named in one wording; what DSE clusters and text entropy does not).
     """
     if not phases:
         raise ValueError("answer_agreement: no answers")
@@ -83,6 +85,8 @@ def answer_agreement(phases: Sequence[int | None], texts: Sequence[str] | None =
            "entropy": _entropy(classes), "invalid": float(sum(x is None for x in phases) / len(phases))}
     if texts is not None:
         out["text_entropy"] = _entropy(texts)
+        worded = {(p, t.strip()) for p, t in zip(phases, texts) if p is not None}
+        out["rewordings"] = len(worded) - len({p for p, _ in worded})
     return out
 
 
@@ -179,9 +183,9 @@ SHARED = ("backbone", "scenario", "surrogate", "eval_seeds", "select_seed", "eva
 """:func:`finetune_together`'s jobs share these: one base model, one prompt, one evaluation."""
 
 
-DECODING = ("max_new_tokens", "temperature", "top_p", "top_k", "thinking")
+DECODING = ("max_new_tokens", "temperature", "top_p", "top_k", "stop_text", "thinking", "prompt", "prompt_history")
 """PPO settings that runs sampling in one batch must share (:meth:`LMPolicy.decoding`; ``thinking``
-changes the prompt)."""
+and the prompt settings change the prompt)."""
 
 TOGETHER = 5
 """Most runs :func:`together_batches` puts in one :func:`finetune_together` call. Measured on the

@@ -31,7 +31,7 @@ from ..rl.small_decoder import SmallDecoder
 from .env import SignalConfig, SignalEnv
 from .evaluation import evaluate_together
 from .oracle import RewardConfig, phase_counts
-from .prompt import messages, parse_phase
+from .prompt import BRIEF_OPENING, STYLES, messages, parse_phase
 from .state import IntersectionState
 
 Prompter = Callable[[IntersectionState, Sequence[tuple[IntersectionState, int]]], str]
@@ -43,8 +43,11 @@ def has_thinking_mode(tokenizer) -> bool:
     return "enable_thinking" in (tokenizer.chat_template or "")
 
 
-def chat_prompter(tokenizer, decision_s: int = 10, thinking: bool = False) -> Prompter:
-    """The paper's prompt (A.4 system prompt + A.5 states) through the model's chat template.
+def chat_prompter(tokenizer, decision_s: int = 10, thinking: bool = False, style: str = "paper",
+                  history: int = 2) -> Prompter:
+    """The paper's prompt (A.4 system prompt + A.5 states, the ``history`` most recent
+    state–action pairs: 2 in §3.1) through the model's chat template, or its ``brief`` style
+    (:data:`~llmtraffic.signal.prompt.STYLES`).
 
     A template with a thinking mode gets it set explicitly (``enable_thinking=thinking``; Qwen3
     defaults to thinking); ``thinking=True`` for a template without one raises ``ValueError``.
@@ -52,10 +55,14 @@ def chat_prompter(tokenizer, decision_s: int = 10, thinking: bool = False) -> Pr
     options = {"enable_thinking": thinking} if has_thinking_mode(tokenizer) else {}
     if thinking and not options:
         raise ValueError("thinking=True: this backbone's chat template has no thinking mode")
+    if style not in STYLES or history < 0:
+        raise ValueError(f"chat_prompter: style {style!r} (one of {STYLES}), history {history} (>= 0)")
 
-    def prompt(state: IntersectionState, history: Sequence[tuple[IntersectionState, int]]) -> str:
-        return tokenizer.apply_chat_template(messages(state, history, decision_s), tokenize=False,
+    def prompt(state: IntersectionState, past: Sequence[tuple[IntersectionState, int]]) -> str:
+        recent = list(past)[-history:] if history else []
+        text = tokenizer.apply_chat_template(messages(state, recent, decision_s, style), tokenize=False,
                                              add_generation_prompt=True, **options)
+        return text + BRIEF_OPENING if style == "brief" else text
 
     return prompt
 
@@ -235,12 +242,14 @@ def _episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: OracleCo
     (G = 1): the first of G answers has the same distribution, and PPO trains on it alone.
 
     Returns the episode's metrics, mean reward, invalid-answer share, mean token KL, and
-    ``update_stats``: per PPO update its policy loss, value loss, clip fraction and KL (Fig. 12)."""
+    ``update_stats``: per PPO update its policy loss, value loss, clip fraction and KL (Fig. 12),
+    and the mean queue and valid-answer share of the decisions it learnt from (a learning curve)."""
     group_size = None if cfg.reward.reads_answers else 1
     _, info = env.reset(seed=seed)
     history: deque = deque(maxlen=2)
     buffer: list[Exchange] = []
     rewards, invalid, updates = [], 0, []
+    window: list[tuple[float, bool]] = []  # (queue, valid) of the decisions since the last update
     bar = tqdm(total=cfg.episode_s // 10, desc=f"LLM PPO episode (seed {seed})", unit="decision", leave=False,
                mininterval=2, disable=not progress)
     done = False
@@ -259,12 +268,15 @@ def _episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: OracleCo
         history.append((state, action))
         rewards.append(exchange.reward)
         invalid += not valid
+        window.append((info["state"].total_queue, valid))
         bar.update()
         bar.set_postfix(queue=info["state"].total_queue, reward=f"{np.mean(rewards):.2f}", refresh=False)
         t = info["time_s"]
         if t % cfg.update_every_s == 0:
             buffer = [e for e in buffer if e.time_s > t - cfg.buffer_s]
-            updates.append(policy.update(buffer))
+            queue, valid_share = np.mean(window, axis=0)  # the learning curve: before each update
+            updates.append({**policy.update(buffer), "queue": float(queue), "valid_rate": float(valid_share)})
+            window = []
         if t % cfg.checkpoint_every_s == 0:
             on_checkpoint(t)
         done = terminated or truncated

@@ -172,12 +172,59 @@ def user_prompt(state: IntersectionState, history: Sequence[Exchange] = ()) -> s
     return "\n\n".join(parts)
 
 
-def messages(state: IntersectionState, history: Sequence[Exchange] = (), decision_s: int = 10) -> list[dict]:
-    """Chat messages (system + user) for a chat template."""
-    return [
-        {"role": "system", "content": system_prompt(state.phases, decision_s)},
-        {"role": "user", "content": user_prompt(state, history)},
-    ]
+STYLES = ("paper", "brief")
+"""Prompt styles: ``paper`` is A.4 + A.5 (step-by-step analysis, then the tag). ``brief`` keeps
+A.4's task and intersection, lists the phases once in the system prompt, gives each phase's
+traffic in one line and opens the answer with the tag (:data:`BRIEF_OPENING`), so the model
+writes the phase and closes the tag: a Cologne1 state in the paper's style is ~850 SmolLM2
+tokens and an analysis hundreds more, which this CPU cannot prefill and decode G times per
+decision at quick's budget (~100 prompt tokens/s and ~0.3 s per decoding step of 8 rows here)."""
+
+BRIEF_OPENING = "<signal>"
+"""How a ``brief`` prompt opens the assistant's answer (after the chat template's generation prompt)."""
+
+
+def brief_system_prompt(phases: Sequence[Phase], decision_s: int = 10) -> str:
+    """A.4's task and intersection, the phases, and an answer-only instruction (``brief`` style)."""
+    if not phases:
+        raise ValueError("brief_system_prompt: phases is empty")
+    listing = "\n".join(f"- {p.mnemonic}: {p.description}" for p in phases)
+    return f"""You are an expert in traffic management. You can use your knowledge of traffic commonsense to solve traffic signal control tasks.
+
+{_intersection_sentence(phases)}
+
+The traffic light has {len(phases)} signal phases:
+{listing}
+For each phase the user lists the early queued vehicles of its lanes (they await passage permission) and the approaching vehicles in segments 1 (closest), 2 and 3 (farthest). The signal phase you choose will persist for {decision_s} seconds.
+
+Which is the most effective traffic signal that will most significantly improve the current traffic condition? Answer with the name of one phase listed above, between <signal> and </signal>, and nothing else."""
+
+
+def brief_state_text(state: IntersectionState) -> str:
+    """One line per phase: its mnemonic, queued and approaching counts (summed over its lanes)."""
+    if not state.phases:
+        raise ValueError("brief_state_text: the state has no phases")
+    lines = [f"Current phase: {_phase_by_index(state.phases, state.phase).mnemonic}"]
+    for p in state.phases:
+        c = _sum_counts(state, [lane for lanes in lane_groups(p).values() for lane in lanes])
+        lines.append(f"{p.mnemonic}: {c.queue} queued; approaching {c.near}, {c.mid}, {c.far}")
+    return "\n".join(lines)
+
+
+def messages(state: IntersectionState, history: Sequence[Exchange] = (), decision_s: int = 10,
+             style: str = "paper") -> list[dict]:
+    """Chat messages (system + user) for a chat template, in one of :data:`STYLES`."""
+    if style == "paper":
+        return [{"role": "system", "content": system_prompt(state.phases, decision_s)},
+                {"role": "user", "content": user_prompt(state, history)}]
+    if style != "brief":
+        raise ValueError(f"prompt style {style!r}: expected one of {STYLES}")
+    parts = [f"{age} decision(s) ago: {brief_state_text(past)}\nChosen signal: "
+             f"<signal>{_phase_by_index(past.phases, action).mnemonic}</signal>"
+             for age, (past, action) in zip(range(len(history), 0, -1), history)]
+    return [{"role": "system", "content": brief_system_prompt(state.phases, decision_s)},
+            {"role": "user", "content": "\n\n".join([*parts, f"Now: {brief_state_text(state)}",
+                                                     f"Choose one of: {', '.join(p.mnemonic for p in state.phases)}."])}]
 
 
 _TAG = re.compile(r"<\s*signal\s*>(.*?)<\s*/\s*signal\s*>", re.IGNORECASE | re.DOTALL)
