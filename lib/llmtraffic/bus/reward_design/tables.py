@@ -2,7 +2,8 @@
 
 Every interval comes from :mod:`llmtraffic.study.stats` (t-interval over agent seeds × evaluation
 episodes). Rows are keyed by their label (``DesignRun.label`` or a reference name); a row that did
-not run shows its ``unavailable`` reason in every cell.
+not run shows its ``unavailable`` reason in every cell, and a row whose loops found no valid reward
+shows that outcome with its counts (:func:`reasons`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pandas as pd
 from ...study import stats
 from ..evaluation import MEASURES
 from .jobs import DesignRun, ReferenceRun
+from .loop import ROLES
 
 
 def group(runs: list[DesignRun]) -> dict[str, list[DesignRun]]:
@@ -36,14 +38,29 @@ def by_designer(runs: dict[str, list[DesignRun]]) -> dict[str, list[str]]:
 def eval_frame(runs: dict[str, list[DesignRun]], references: list[ReferenceRun] = ()) -> pd.DataFrame:
     """One row per (method label, agent seed, evaluation episode) with the measures."""
     rows = [{"method": label, "agent_seed": r.seed, **row}
-            for label, g in runs.items() for r in g if not r.unavailable for row in r.eval_rows]
+            for label, g in runs.items() for r in g if r.has_reward for row in r.eval_rows]
     rows += [{"agent_seed": ref.seed, **row} for ref in references for row in ref.eval_rows]
     return pd.DataFrame(rows)
 
 
 def reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
-    """Label → why the row did not run, for rows none of whose runs ran."""
-    return {label: g[0].unavailable for label, g in runs.items() if all(r.unavailable for r in g)}
+    """Label → why the row has no result: it did not run (``unavailable``), or none of its loops
+    found a valid reward (``no valid reward from <model> in K tries``, with the counts)."""
+    out = {}
+    for label, g in runs.items():
+        if all(r.unavailable for r in g):
+            out[label] = g[0].unavailable
+        elif not any(r.has_reward for r in g):
+            out[label] = no_reward(g)
+    return out
+
+
+def no_reward(g: list[DesignRun]) -> str:
+    """The labelled outcome of a row whose every loop ended without a valid reward."""
+    answers = sum(len(r.outcome.steps) for r in g)
+    first = g[0].failure.split(" (")[0].replace("no valid reward", f"no valid reward from {g[0].designer}")
+    kinds = "; ".join(f"agent seed {r.seed}: {r.failure.split(' (', 1)[1].rstrip(')')}" for r in g)
+    return f"{first}, {len(g)} of {len(g)} loops, {answers} answers ({kinds})"
 
 
 def ci_table(frame: pd.DataFrame, labels: list[str], missing: dict[str, str] | None = None) -> pd.DataFrame:
@@ -136,6 +153,8 @@ def record_claim(frame: pd.DataFrame, missing: dict[str, str], label: str, refer
 def best_so_far(run: DesignRun) -> list[float]:
     """Best accepted test travel time after each iteration (iteration 0: the starting reward)."""
     h = run.outcome.history()
+    if not run.outcome.ok:
+        return [float("nan")]
     accepted = h[h["accepted"]].groupby("iteration")["travel_time_s"].min()
     best, out = float("inf"), []
     for i in range(int(h["iteration"].max()) + 1):
@@ -147,6 +166,8 @@ def best_so_far(run: DesignRun) -> list[float]:
 def kept_per_iteration(run: DesignRun) -> list[float]:
     """Test travel time of the kept (last accepted) reward after each iteration: what the loop would answer if stopped there."""
     h = run.outcome.history()
+    if not run.outcome.ok:
+        return [float("nan")]
     accepted = h[h["accepted"]].groupby("iteration")["travel_time_s"].last()
     kept, out = float("nan"), []
     for i in range(int(h["iteration"].max()) + 1):
@@ -157,6 +178,8 @@ def kept_per_iteration(run: DesignRun) -> list[float]:
 
 def accepted_iterations(run: DesignRun) -> int:
     h = run.outcome.history()
+    if h.empty or not run.outcome.ok:
+        return 0
     return int(h.loc[h["accepted"] & (h["iteration"] > 0), "iteration"].nunique())
 
 
@@ -171,12 +194,14 @@ def loop_summary(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
             out[label] = {"candidates": g[0].unavailable}
             continue
         h = [r.outcome.history() for r in ran]
+        done = [r.outcome.final.travel_time for r in ran if r.has_reward]
         out[label] = {
             "candidates": sum(len(x) for x in h),
             "invalid": sum(int((~x["valid"]).sum()) for x in h),
             "not kept": sum(int((x["valid"] & ~x["accepted"]).sum()) for x in h),
             "distinct rewards": sum(len({s.code for s in r.outcome.steps}) for r in ran),
-            "final design travel time (s)": round(float(np.mean([r.outcome.final.travel_time for r in ran])), 1),
+            "loops without a valid reward": f"{len(ran) - len(done)} of {len(ran)}",
+            "final design travel time (s)": round(float(np.mean(done)), 1) if done else "none",
             "wall time (s)": round(sum(r.wall_s for r in ran), 1),
         }
     return pd.DataFrame.from_dict(out, orient="index").rename_axis("experiment")
@@ -194,3 +219,34 @@ def cost_table(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
         if usages:
             rows[label] = {key: sum(u[key] for u in usages) for key in USAGE}
     return pd.DataFrame.from_dict(rows, orient="index", columns=list(USAGE)).rename_axis("experiment")
+
+
+def loop_measurements(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
+    """Per row, role (:data:`~.loop.ROLES`) and iteration, summed over agent seeds: designer
+    requests, prompt and completion tokens, wall time of the requests, code answers, the share of
+    them that passed validation (and training), and the candidates the refiner accepted or rejected.
+    A given start (warm or trivial) is no answer; the analyzer writes text, not code."""
+    keys = ["experiment", "role", "iteration"]
+    asked = ["requests", "prompt_tokens", "completion_tokens", "wall_s"]
+    calls = pd.DataFrame([{"experiment": label, **c} for label, g in runs.items() for r in g if r.outcome
+                          for c in r.outcome.calls], columns=[*keys, *asked])
+    steps = pd.DataFrame([{"experiment": label, "iteration": s.iteration, "role": ROLES[s.role], "code answers": 1,
+                           "valid": int(s.ok), "accepted": int(s.accepted), "rejected": int(s.ok and not s.accepted)}
+                          for label, g in runs.items() for r in g if r.outcome for s in r.outcome.steps if s.written],
+                         columns=[*keys, "code answers", "valid", "accepted", "rejected"])
+    out = calls.groupby(keys, sort=False).sum().join(steps.groupby(keys, sort=False).sum(), how="outer")
+    out = out.fillna(0).astype(int if out.empty else {c: int for c in out.columns if c != "wall_s"})
+    out["valid-code share"] = share(out)
+    return out.rename(columns={"wall_s": "wall time (s)"}).round({"wall time (s)": 1})
+
+
+def share(frame: pd.DataFrame) -> pd.Series:
+    """Valid code answers / code answers (NaN where the role wrote no code)."""
+    return (frame["valid"] / frame["code answers"].where(frame["code answers"] > 0)).round(2)
+
+
+def valid_share_by_role(measurements: pd.DataFrame) -> pd.DataFrame:
+    """:func:`loop_measurements` summed over iterations: per row and role."""
+    out = measurements.drop(columns=["valid-code share"]).groupby(level=["experiment", "role"], sort=False).sum()
+    out["valid-code share"] = share(out)
+    return out
