@@ -65,3 +65,6 @@ def test_the_exploding_candidate_fails_and_the_loop_keeps_the_expert():
     assert "current_state [" in history.loc[1, "reason"]  # the sandbox names the transition it scored
     assert outcome.final_code == expert_code(setup.scenario.state_dim) == best.code
     assert np.isfinite(best.trial.travel_time)
+    # the designer wrote nothing valid: the kept expert reward is not its result
+    assert not outcome.ok and outcome.failure == ("no valid reward in 1 tries (1 answers invalid: 1 × failed in "
+                                                  "training; the loop kept its warm start)")

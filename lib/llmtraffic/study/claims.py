@@ -7,7 +7,9 @@ difference with its 95 % CI, see :mod:`llmtraffic.study.stats`) and a verdict:
 - **reproduced**: the CI excludes no difference and points the paper's way;
 - **opposite**: the CI excludes no difference and points the other way;
 - **inconclusive**: the CI includes no difference;
-- **not run**: we could not compute it here; ``needs`` says what (an LLM backend, a GPU, …).
+- **not run**: we could not compute it here; ``needs`` says what (an LLM backend, a GPU, …);
+- **no result**: it ran, and its own outcome leaves nothing to compare (``finding`` says what, e.g.
+  "no valid reward from SmolLM2-135M-Instruct in 4 tries", with its counts): a finding, not a gap.
 
 Notebooks call :func:`claim`; the claims of one notebook go to ``figures/<stem>/claims.json``
 (with provenance) and every claim of the study to ``figures/SCORECARD.md``.
@@ -28,7 +30,8 @@ from .paths import figures_dir
 from .stats import Estimate
 
 REPRODUCED, OPPOSITE, INCONCLUSIVE, NOT_RUN = "reproduced", "opposite", "inconclusive", "not run"
-VERDICTS = (REPRODUCED, OPPOSITE, INCONCLUSIVE, NOT_RUN)
+NO_RESULT = "no result"
+VERDICTS = (REPRODUCED, OPPOSITE, INCONCLUSIVE, NO_RESULT, NOT_RUN)
 
 PAPERS = {
     "bus": "Yu, Wang, Ma — Large Language Model-Enhanced Reinforcement Learning for Generic Bus Holding Control Strategies",
@@ -49,6 +52,7 @@ class Claim:
     link: str  # the table or figure (relative to figures/) it comes from
     verdict: str
     needs: str = ""  # for "not run": what it needs
+    finding: str = ""  # for "no result": what the run found instead of an estimate
     note: str = ""  # the measured reason where ours differs, or a caveat
     notebook: str = ""
     extra: dict = field(default_factory=dict)
@@ -58,7 +62,8 @@ class Claim:
         ours with its CI, the verdict and the note (so the narrative cannot go stale)."""
         paper = "" if self.paper_value is None else f" (paper: {self.paper_value:g})"
         tail = f" {self.note}" if self.note else ""
-        return (f"- {self.statement}{paper}: ours {self.quantity} = {_ours({'ours': self.ours, 'needs': self.needs})}"
+        return (f"- {self.statement}{paper}: ours {self.quantity} = "
+                f"{_ours({'ours': self.ours, 'needs': self.needs, 'finding': self.finding})}"
                 f" → **{self.verdict}**.{tail}")
 
 
@@ -96,6 +101,7 @@ def claim(
     direction: int | None = None,
     needs: str = "",
     note: str = "",
+    finding: str = "",
     **extra,
 ) -> Claim:
     """Record one claim of the running notebook and rewrite its ``claims.json``.
@@ -106,16 +112,18 @@ def claim(
     """
     if paper not in PAPERS:
         raise ValueError(f"unknown paper {paper!r}; one of {sorted(PAPERS)}")
-    if ours is None and not needs:
-        raise ValueError(f"claim {id!r} has no estimate: say what it needs (needs='an LLM backend', …)")
+    if ours is None and not (needs or finding):
+        raise ValueError(f"claim {id!r} has no estimate: say what it needs (needs='an LLM backend', …) "
+                         "or what the run found instead (finding='no valid reward …')")
     ctx = current()
     record = Claim(
         id=id, paper=paper, where=where, statement=statement, paper_value=paper_value,
         direction=_direction(paper_value, direction), ours=None if ours is None else ours.as_dict(),
         quantity=quantity, link=link if "/" in link else f"{ctx.stem}/{link}",
-        verdict="", needs=needs if ours is None else "", note=note, notebook=ctx.stem, extra=extra,
+        verdict="", needs=needs if ours is None and not finding else "", note=note, notebook=ctx.stem, extra=extra,
+        finding=finding if ours is None else "",
     )
-    record.verdict = judge(ours, record.direction)
+    record.verdict = NO_RESULT if record.finding else judge(ours, record.direction)
     _recorded.setdefault(ctx.stem, {})[id] = record
     _write(ctx.stem)
     return record
@@ -168,7 +176,7 @@ def identical_runs(ours: dict) -> bool:
 
 def _ours(c: dict) -> str:
     if not c.get("ours"):
-        return f"not run: needs {c.get('needs')}"
+        return c["finding"] if c.get("finding") else f"not run: needs {c.get('needs')}"
     o = c["ours"]
     unit = f" {o['unit']}" if o.get("unit") else ""
     if o["low"] is None or (isinstance(o["low"], float) and math.isnan(o["low"])):
@@ -192,7 +200,8 @@ def render(root: Path | None = None) -> str:
         "Every comparative claim of the two papers that the study checks: the paper's statement and",
         "value, ours (a paired difference with its 95 % t-interval over n independent units) and the",
         "verdict — **reproduced** (CI excludes 0, the paper's direction), **opposite** (CI excludes 0,",
-        "the other direction), **inconclusive** (CI includes 0), **not run** (needs what it says).",
+        "the other direction), **inconclusive** (CI includes 0), **no result** (it ran; its outcome, e.g. no",
+        "valid reward in K tries, leaves nothing to compare), **not run** (needs what it says).",
         "Regenerated from `figures/*/claims.json` after every run.",
         "",
         "| paper | claims | " + " | ".join(VERDICTS) + " |",

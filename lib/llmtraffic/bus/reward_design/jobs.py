@@ -167,7 +167,7 @@ def design_run(*, designer: str, llm: dict | None, variant: str, seed: int, dqn:
         agent, model = make_designer(llm, setup.scenario, critic=critic, seed=seed, **llm_only)
         outcome, final = design_reward(setup, agent, settings, progress=False, train=_candidate_trainer(params))
         rows = ([{"seed": s, **evaluate(setup.scenario, final.controller, s, horizon_s)} for s in eval_seeds]
-                if final is not None else [])
+                if outcome.ok else [])
         usage = model.usage().as_dict() if model is not None else None
         return DesignRun(label, variant, seed, outcome, rows, usage, time.perf_counter() - start)
 
@@ -224,27 +224,47 @@ class DirectRun:
 
 
 def direct_run(*, llm: dict | None, eval_seeds: list[int], horizon_s: float | None = None,
-               scenario: str = "case1") -> DirectRun:
-    """The LLM-direct controller on ``eval_seeds`` (serially: one client), labelled with the model."""
+               scenario: str = "case1", paper_llm: str = "", note: str = "") -> DirectRun:
+    """The LLM-direct controller on ``eval_seeds`` (serially: one client), labelled with the model,
+    the paper's LLM it stands in for and ``note`` (e.g. fewer or shorter episodes than other rows).
+    Each row also holds the LLM wall time of its episode (``llm_s``): one request per decision."""
     if llm is None:
         return DirectRun("LLM-direct", unavailable=NEEDS_LLM)
     case = SCENARIOS[scenario]()
     model = from_config(with_cassette(llm))
-    label = f"LLM-direct · {designer_label(llm)}"
+    label = f"LLM-direct · {designer_label(llm, paper_llm)}" + (f" ({note})" if note else "")
     rows = []
     for seed in eval_seeds:
         controller = LLMDirect(model, Setting.of(case), name=label)
+        before = model.usage().latency_s
         rows.append({"method": label, "seed": seed, **evaluate(case, controller, seed, horizon_s),
-                     "decisions": controller.decisions, "failures": controller.failures})
+                     "decisions": controller.decisions, "failures": controller.failures,
+                     "llm_s": model.usage().latency_s - before})
     return DirectRun(label, rows, model.usage().as_dict())
 
 
+def direct_cost(run: DirectRun) -> dict:
+    """What one holding decision of the LLM-direct controller costs: decisions, unreadable answers,
+    requests, tokens and LLM seconds, in all and per decision."""
+    decisions = sum(r["decisions"] for r in run.rows)
+    u = run.usage or {}
+    per = max(decisions, 1)
+    return {"episodes": len(run.rows), "decisions": decisions, "unreadable answers": sum(r["failures"] for r in run.rows),
+            "requests": u.get("calls", 0), "prompt tokens per decision": round(u.get("prompt_tokens", 0) / per, 1),
+            "completion tokens per decision": round(u.get("completion_tokens", 0) / per, 1),
+            "LLM s per decision": round(u.get("latency_s", 0.0) / per, 2), "LLM s in all": round(u.get("latency_s", 0.0), 1)}
+
+
 def variant_grid(variants_: list[str], agent_seeds: list[int], llm: dict | None, common: dict,
-                 executor: str = "serial", jobs: int = 1, **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
+                 executor: str = "serial", jobs: int = 1, llm_iterations: int | None = None,
+                 **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
     """Every variant × agent seed with the search designer (through ``executor``), then with the LLM
-    (serially: one client, one cassette; rows that say why without ``llm``), and the references."""
+    (serially: one client, one cassette; rows that say why without ``llm``), and the references.
+    ``llm_iterations`` (default ``common["iterations"]``): the LLM loops' iterations, fewer where
+    each request costs minutes of CPU."""
     def tasks(designer: str) -> list[dict]:
-        return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **common) for v in variants_ for s in agent_seeds]
+        mine = {**common, "iterations": llm_iterations} if designer == LLM_DESIGNER and llm_iterations else common
+        return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **mine) for v in variants_ for s in agent_seeds]
 
     found = study.run_grid(design_run, tasks(SEARCH), executor=executor, jobs=jobs, desc="search-designer loops")
     found += study.run_grid(design_run, tasks(LLM_DESIGNER), desc="LLM loops")

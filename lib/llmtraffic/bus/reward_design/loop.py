@@ -16,7 +16,9 @@ is data until :func:`validate` accepts it; a candidate that fails validation, or
 fails (an exception, a hang killed by the sandbox), goes back to the designer with the reason (the
 refiner's error feedback, §4.4) up to ``tries`` times in all, and is recorded; the loop goes on.
 When the starting reward itself never becomes valid the loop ends there, with an outcome that says
-so (:attr:`Outcome.failure`) instead of raising: a weak model's result, reported with its counts.
+so (:attr:`Outcome.failure`) instead of raising: a weak model's result, reported with its counts. A
+loop from a given start (warm or trivial) in which the designer never wrote a valid reward has the
+same outcome: its final reward would be the given one, not the designer's work.
 
 Every designer request is measured (:attr:`Outcome.calls`: role, iteration, requests, tokens, wall
 time) when the designer counts its usage (``designer.usage()``, as the LLM designer does).
@@ -155,14 +157,15 @@ class Outcome:
     """The last accepted reward: the loop's answer (None when no starting reward was valid)."""
     final: Trial | None
     failure: str = ""
-    """Why the loop has no answer (``no valid reward in K tries: …``); empty when it has one."""
+    """Why the loop has no answer of the designer's (``no valid reward in K tries …``); empty when it has one."""
     calls: list[dict] = field(default_factory=list)
     """One row per designer call: ``iteration``, ``role`` (:data:`ROLES`), ``requests``,
     ``prompt_tokens``, ``completion_tokens``, ``wall_s``."""
 
     @property
     def ok(self) -> bool:
-        return self.final_code is not None
+        """Whether the loop has a final reward that the designer's work chose."""
+        return self.final_code is not None and not self.failure
 
     def history(self) -> pd.DataFrame:
         """One row per candidate: iteration, role, try, check, accepted, test metrics."""
@@ -275,6 +278,9 @@ def run_loop(
             if (old - best_by_iteration[-1]) / old < cfg.converge_rel:
                 break
     bar.close()
+    written = [s for s in steps if s.written]
+    if written and not any(s.ok for s in written):  # the given start is all the loop has
+        return Outcome(steps, current.code, current.trial, no_valid_reward(steps, cfg.tries, kept=cfg.start), calls)
     return Outcome(steps, current.code, current.trial, calls=calls)
 
 
@@ -285,9 +291,9 @@ def _usage(designer: Designer) -> dict[str, int]:
             "completion_tokens": u.get("completion_tokens", 0)}
 
 
-REASON_KINDS = (("syntax error", "syntax error"), ("no function reward", "no reward function"),
-                ("must take 3 arguments", "wrong signature"), ("not allowed", "not allowed (import, name, attribute)"),
-                ("reward returned", "non-finite or extreme value"), ("training or testing failed", "failed in training"))
+REASON_KINDS = (("training or testing failed", "failed in training"), ("syntax error", "syntax error"),
+                ("no function reward", "no reward function"), ("must take 3 arguments", "wrong signature"),
+                ("not allowed", "not allowed (import, name, attribute)"), ("reward returned", "non-finite or extreme value"))
 """Substring of a rejection reason → its kind in the counts of :func:`no_valid_reward`."""
 
 
@@ -295,14 +301,19 @@ def reason_kind(reason: str) -> str:
     return next((kind for text, kind in REASON_KINDS if text in reason), "other")
 
 
-def no_valid_reward(steps: list[Step], tries: int) -> str:
-    """The labelled outcome of a loop whose starting reward never became valid, with its counts."""
+def no_valid_reward(steps: list[Step], tries: int, kept: str = "") -> str:
+    """The labelled outcome of a loop in which the designer wrote no valid reward, with its counts
+    (``kept``: the given start the loop kept, ``warm`` or ``none``)."""
+    written = [s for s in steps if s.written]
     reasons: dict[str, int] = {}
-    for s in steps:
+    for s in written:
         kind = reason_kind(s.reason) if s.code.strip() else "no code in the answer"
         reasons[kind] = reasons.get(kind, 0) + 1
     counts = ", ".join(f"{n} × {kind}" for kind, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
-    return f"no valid reward in {tries} tries ({len(steps)} answers invalid: {counts})"
+    candidates = sum(s.role != "repair" for s in written)
+    per = f" per candidate, {candidates} candidates" if candidates > 1 else ""
+    start = {"warm": "; the loop kept its warm start", "none": "; the loop kept its trivial start"}.get(kept, "")
+    return f"no valid reward in {tries} tries{per} ({len(written)} answers invalid: {counts}{start})"
 
 
 def summary(outcome: Outcome) -> dict[str, Any]:

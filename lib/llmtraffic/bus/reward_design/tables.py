@@ -55,9 +55,13 @@ def reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
     return out
 
 
+NO_VALID = "no valid reward"
+"""How the outcome of a row without a valid reward begins (:func:`no_reward`)."""
+
+
 def no_reward(g: list[DesignRun]) -> str:
     """The labelled outcome of a row whose every loop ended without a valid reward."""
-    answers = sum(len(r.outcome.steps) for r in g)
+    answers = sum(s.written for r in g for s in r.outcome.steps)
     first = g[0].failure.split(" (")[0].replace("no valid reward", f"no valid reward from {g[0].designer}")
     kinds = "; ".join(f"agent seed {r.seed}: {r.failure.split(' (', 1)[1].rstrip(')')}" for r in g)
     return f"{first}, {len(g)} of {len(g)} loops, {answers} answers ({kinds})"
@@ -141,10 +145,13 @@ def best_other(frame: pd.DataFrame, others: list[str], measure: str = "travel_ti
 def record_claim(frame: pd.DataFrame, missing: dict[str, str], label: str, reference: str, measure: str,
                  **claim: Any):
     """Record a paper claim as the paired relative difference (%) of ``label`` against ``reference``
-    in ``measure``, or as not run when either row did not run (its reason becomes ``needs``)."""
+    in ``measure``; as not run when either row did not run (its reason becomes ``needs``), or as no
+    result when either row's loops found no valid reward (the outcome becomes ``finding``)."""
     from ... import study
 
     why = missing.get(label) or missing.get(reference)
+    if why and why.startswith(NO_VALID):
+        return study.claim(paper="bus", finding=why, **claim)
     if why:
         return study.claim(paper="bus", needs=why.removeprefix("not run: needs "), **claim)
     return study.claim(paper="bus", ours=paired(frame, label, reference, measure), **claim)
@@ -250,3 +257,23 @@ def valid_share_by_role(measurements: pd.DataFrame) -> pd.DataFrame:
     out = measurements.drop(columns=["valid-code share"]).groupby(level=["experiment", "role"], sort=False).sum()
     out["valid-code share"] = share(out)
     return out
+
+
+def save_loop_measurements(runs: dict[str, list[DesignRun]], study_label: str) -> pd.DataFrame:
+    """Save :func:`loop_measurements` (``loop_measurements``) and its sum per role
+    (``valid_code_share``) for the rows that ran; return the latter (empty without LLM rows)."""
+    from ... import study
+
+    measured = loop_measurements(runs)
+    if measured.empty:
+        return measured
+    by_role = valid_share_by_role(measured)
+    where = ("requests, tokens and wall time of the designer's calls; code answers and the share that passed "
+             "validation and training (a given warm start is no answer); candidates the refiner accepted or rejected; "
+             f"summed over agent seeds; {study_label}. A request answered from the cassette (asked before by this or "
+             "another notebook with the same model, messages, sampling parameters and seed) counts at its recorded cost")
+    study.save_table(measured.reset_index().set_index("experiment"), "loop_measurements",
+                     caption=f"Loop measurements per role and iteration: {where}")
+    study.save_table(by_role.reset_index().set_index("experiment"), "valid_code_share",
+                     caption=f"Valid-code share per role: {where}")
+    return by_role
