@@ -139,9 +139,6 @@ class LocalServer:
         raise LLMServerError(f"the llama.cpp server for {self.cfg.model} did not answer {self.url}/models within "
                              f"startup_timeout_s={self.cfg.startup_timeout_s:g} s. {self.log_tail()}")
 
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def check(self) -> None:
         """Raise :class:`LLMServerError` when the server has stopped."""
         if self.process is not None and self.process.poll() is not None:
@@ -168,7 +165,6 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 _signal_group(process.pid, signal.SIGKILL)
                 process.wait(5.0)
-        self.process = None
 
 
 def _signal_group(pid: int, sig: int) -> None:
