@@ -67,6 +67,16 @@ def test_a_constraint_reaches_the_server_and_joins_the_cassette_key(runs):
     assert entry["params"]["grammar"] == 'root ::= "yes" | "no"' and entry["backend"] == "local"
 
 
+def test_the_designer_grammar_makes_the_server_write_a_fenced_reward_function(runs):
+    from llmtraffic.bus.reward_design.decoding import GRAMMAR
+
+    llm = from_config(SMALL)
+    [text] = llm.complete(MESSAGES, temperature=0.7, max_tokens=24, seed=0, grammar=GRAMMAR)
+    head = "```python\n"
+    assert text.startswith(head) and "def reward(current_state, action, next_state):\n    " in text
+    assert all(line.startswith(("import ", "def reward", "    ")) for line in text[len(head):].splitlines()[:-1])
+
+
 def test_a_server_killed_mid_run_gives_a_clear_error_and_the_cassette_keeps_what_was_answered(runs):
     llm = from_config({**SMALL, "cache": {"path": "llm/killed.jsonl", "mode": "record"}})
     [kept] = llm.complete(MESSAGES, temperature=0.5, max_tokens=8, seed=3)

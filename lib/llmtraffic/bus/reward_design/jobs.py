@@ -31,7 +31,7 @@ import numpy as np
 
 from ... import study
 from ...llm import LLM, from_config
-from ...llm.models import title
+from ...llm.models import MODELS, title
 from ...rl.dqn import DQNConfig
 from .. import scenarios
 from ..controllers import Feedback, NoHolding
@@ -59,7 +59,7 @@ def designer_label(llm: dict | None, paper_llm: str = "", decoding: str = "free"
     if llm is None:
         return LABEL
     model = str(llm.get("model") or Path(llm.get("cassette", "replay")).stem)
-    name = title(model) if llm.get("backend") == "local" else model
+    name = title(model) if model in MODELS or llm.get("backend") == "local" else model  # a replay keeps the label
     return name + (f" (paper: {paper_llm})" if paper_llm else "") + ("" if decoding == "free" else f" · {decoding} decoding")
 
 
