@@ -71,7 +71,7 @@ def test_the_designer_grammar_makes_the_server_write_a_fenced_reward_function(ru
     from llmtraffic.bus.reward_design.decoding import GRAMMAR
 
     llm = from_config(SMALL)
-    [text] = llm.complete(MESSAGES, temperature=0.7, max_tokens=24, seed=0, grammar=GRAMMAR)
+    [text] = llm.complete(MESSAGES, temperature=0.7, max_tokens=48, seed=0, grammar=GRAMMAR)
     head = "```python\n"
     assert text.startswith(head) and "def reward(current_state, action, next_state):\n    " in text
     assert all(line.startswith(("import ", "def reward", "    ")) for line in text[len(head):].splitlines()[:-1])
@@ -88,7 +88,10 @@ def test_a_server_killed_mid_run_gives_a_clear_error_and_the_cassette_keeps_what
     assert len(Cassette(runs / "llm" / "killed.jsonl")) == 1
     replay = from_config({"backend": "replay", "cassette": "llm/killed.jsonl"})
     assert replay.complete(MESSAGES, temperature=0.5, max_tokens=8, seed=3) == [kept]  # no server needed
-    server.stop()
+    stop_all()
+    again = from_config({**SMALL, "cache": {"path": "llm/killed.jsonl", "mode": "record"}})
+    assert again.complete(MESSAGES, temperature=0.5, max_tokens=8, seed=3) == [kept]
+    assert again.backend.server.process is None and again.usage().live_calls == 0  # recorded: no server starts
 
 
 CHILD = """
