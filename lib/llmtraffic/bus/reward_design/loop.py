@@ -160,7 +160,8 @@ class Outcome:
     """Why the loop has no answer of the designer's (``no valid reward in K tries …``); empty when it has one."""
     calls: list[dict] = field(default_factory=list)
     """One row per designer call: ``iteration``, ``role`` (:data:`ROLES`), ``requests``,
-    ``prompt_tokens``, ``completion_tokens``, ``wall_s``."""
+    ``prompt_tokens``, ``completion_tokens``, ``llm_s`` (the LLM's wall time, as recorded for an
+    answer replayed from the cassette) and ``wall_s`` (the call's time in this run)."""
 
     @property
     def ok(self) -> bool:
@@ -288,7 +289,7 @@ def _usage(designer: Designer) -> dict[str, int]:
     usage = getattr(designer, "usage", None)
     u = usage() if usage is not None else {}
     return {"requests": u.get("calls", 0), "prompt_tokens": u.get("prompt_tokens", 0),
-            "completion_tokens": u.get("completion_tokens", 0)}
+            "completion_tokens": u.get("completion_tokens", 0), "llm_s": u.get("latency_s", 0.0)}
 
 
 REASON_KINDS = (("training or testing failed", "failed in training"), ("syntax error", "syntax error"),

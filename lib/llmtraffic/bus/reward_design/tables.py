@@ -241,17 +241,17 @@ def loop_measurements(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
     them that passed validation (and training), and the candidates the refiner accepted or rejected.
     A given start (warm or trivial) is no answer; the analyzer writes text, not code."""
     keys = ["experiment", "role", "iteration"]
-    asked = ["requests", "prompt_tokens", "completion_tokens", "wall_s"]
+    asked = ["requests", "prompt_tokens", "completion_tokens", "llm_s"]
     calls = pd.DataFrame([{"experiment": label, **c} for label, g in runs.items() for r in g if r.outcome
-                          for c in r.outcome.calls], columns=[*keys, *asked])
+                          for c in r.outcome.calls], columns=[*keys, *asked, "wall_s"]).drop(columns="wall_s")
     steps = pd.DataFrame([{"experiment": label, "iteration": s.iteration, "role": ROLES[s.role], "code answers": 1,
                            "valid": int(s.ok), "accepted": int(s.accepted), "rejected": int(s.ok and not s.accepted)}
                           for label, g in runs.items() for r in g if r.outcome for s in r.outcome.steps if s.written],
                          columns=[*keys, "code answers", "valid", "accepted", "rejected"])
     out = calls.groupby(keys, sort=False).sum().join(steps.groupby(keys, sort=False).sum(), how="outer")
-    out = out.fillna(0).astype(int if out.empty else {c: int for c in out.columns if c != "wall_s"})
+    out = out.fillna(0).astype(int if out.empty else {c: int for c in out.columns if c != "llm_s"})
     out["valid-code share"] = share(out)
-    return out.rename(columns={"wall_s": "wall time (s)"}).round({"wall time (s)": 1})
+    return out.rename(columns={"llm_s": "LLM time (s)"}).round({"LLM time (s)": 1})
 
 
 def share(frame: pd.DataFrame) -> pd.Series:
@@ -275,7 +275,7 @@ def save_loop_measurements(runs: dict[str, list[DesignRun]], study_label: str) -
     if measured.empty:
         return measured
     by_role = valid_share_by_role(measured)
-    where = ("requests, tokens and wall time of the designer's calls; code answers and the share that passed "
+    where = ("requests, tokens and LLM wall time of the designer's calls; code answers and the share that passed "
              "validation and training (a given warm start is no answer); candidates the refiner accepted or rejected; "
              f"summed over agent seeds; {study_label}. A request answered from the cassette (asked before by this or "
              "another notebook with the same model, messages, sampling parameters and seed) counts at its recorded cost")
