@@ -218,20 +218,19 @@ USAGE = ("calls", "prompt_tokens", "completion_tokens", "total_tokens")
 """What a row's LLM requests cost (recorded or replayed alike: a replay costs nothing but is the same experiment)."""
 
 
-COST = (*USAGE, "LLM time (s)", "from the cassette")
+COST = (*USAGE, "LLM time (s)")
 
 
 def cost_table(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
-    """LLM requests, tokens and LLM wall time per row, summed over its agent seeds, and the requests
-    answered from the cassette (asked before with the same model, messages, sampling parameters and
-    seed, by this or another notebook); rows without an LLM are left out."""
+    """LLM requests, tokens and LLM wall time (as recorded) per row, summed over its agent seeds; rows
+    without an LLM are left out. Whether a request was asked now or answered from the cassette is
+    left out on purpose: a replay must give the same table."""
     rows = {}
     for label, g in runs.items():
         usages = [r.usage for r in g if r.usage is not None]
         if usages:
             rows[label] = {key: sum(u[key] for u in usages) for key in USAGE}
             rows[label]["LLM time (s)"] = round(sum(u["latency_s"] for u in usages), 1)
-            rows[label]["from the cassette"] = sum(u["calls"] - u["live_calls"] for u in usages)
     return pd.DataFrame.from_dict(rows, orient="index", columns=list(COST)).rename_axis("experiment")
 
 
