@@ -179,3 +179,26 @@ def test_k_counts_the_first_try_and_must_be_positive():
     d = Scripted(["invalid", "good"])
     out = run_loop(d, evaluate, validate, LoopConfig(iterations=1, tries=1), expert_code="start", progress=False)
     assert list(out.history()["valid"]) == [True, False] and not any(c.startswith("repair") for c in d.calls)
+
+
+def test_the_trajectory_draws_the_best_so_far_the_rejected_and_the_invalid_answers():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from llmtraffic.bus.reward_design.plots import plot_trajectory
+
+    d = Scripted(["invalid", "good", "bad", "better"])
+    out = run_loop(d, evaluate, validate, LoopConfig(iterations=3, slack=0.1, tries=2), expert_code="start", progress=False)
+    fig, ax = plt.subplots()
+    plot_trajectory(out, ax=ax, label="seed 0")
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["seed 0: best so far"].get_ydata()) == [100.0, 95.0, 95.0, 90.0]
+    assert list(lines["seed 0: rejected"].get_ydata()) == [120.0]
+    assert [t.get_text() for t in ax.texts] == ["1 invalid"]
+    failed = run_loop(Scripted(["invalid"] * 2), evaluate, validate, LoopConfig(start="cold", tries=2), progress=False)
+    ax.clear()
+    plot_trajectory(failed, ax=ax, label="seed 1")
+    assert ax.texts[0].get_text() == "seed 1:\nno valid reward in 2 tries (2 answers invalid: 2 × syntax error)"
+    plt.close(fig)
