@@ -123,9 +123,18 @@ def test_llm_run_reports_its_token_cost(monkeypatch):
     assert [s.role for s in run.outcome.steps] == ["initial", "modify", "modify"]
     one_shot = jobs.design_run(designer="llm", llm={"backend": "fake", "model": "fixed-model"}, variant="one_shot", seed=0, **RUN)
     cost = tables.cost_table({"paradigm": [run], "one-shot": [one_shot]})
-    assert cost.to_dict("index") == {
+    assert cost[list(tables.USAGE)].to_dict("index") == {
         "paradigm": {"calls": 4, "prompt_tokens": 40, "completion_tokens": 16, "total_tokens": 56},
         "one-shot": {"calls": 1, "prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}}
+    assert (cost["LLM time (s)"] >= 0).all()
+    measured = tables.loop_measurements({"paradigm": [run]})
+    # per role and iteration: the warm start is given (no request, no code answer); 2 × analyzer + modifier
+    assert measured.loc[("paradigm", "analyzer"), "requests"].tolist() == [1, 1]
+    assert measured.loc[("paradigm", "modifier"), ["requests", "prompt_tokens", "completion_tokens", "code answers"]].values.tolist() \
+        == [[1, 10, 4, 1], [1, 10, 4, 1]]
+    by_role = tables.valid_share_by_role(measured)
+    assert by_role.loc[("paradigm", "modifier"), "code answers"] == 2 and ("paradigm", "initializer") not in by_role.index
+    assert by_role["requests"].sum() == run.usage["calls"]
 
 
 def test_loop_notebooks_share_the_bus_budget_and_caption_it():

@@ -32,7 +32,7 @@ class Once:
         return Reply(EXPLODES)
 
     def repair(self, code, reason):
-        raise AssertionError("max_retries is 0")
+        raise AssertionError("tries is 1: no repair")
 
 
 def test_the_reward_validates_on_the_examples():
@@ -58,10 +58,13 @@ def test_the_exploding_candidate_fails_and_the_loop_keeps_the_expert():
                       eps_decay_episodes=1, obs_scale=(1776, 1776, 1, 1, 50, 90)),
         design_seeds=[0], train_horizon_s=1800, test_horizon_s=1800,
     )
-    outcome, best = design_reward(setup, Once(), LoopConfig(iterations=1, max_retries=0), progress=False)
+    outcome, best = design_reward(setup, Once(), LoopConfig(iterations=1, tries=1), progress=False)
     history = outcome.history()
     assert history["valid"].tolist() == [True, False]
     assert history.loc[1, "reason"].startswith("training or testing failed: RewardFunctionError: ")
     assert "current_state [" in history.loc[1, "reason"]  # the sandbox names the transition it scored
     assert outcome.final_code == expert_code(setup.scenario.state_dim) == best.code
     assert np.isfinite(best.trial.travel_time)
+    # the designer wrote nothing valid: the kept expert reward is not its result
+    assert not outcome.ok and outcome.failure == ("no valid reward in 1 tries (1 answers invalid: 1 × failed in "
+                                                  "training; the loop kept its warm start)")

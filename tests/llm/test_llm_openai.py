@@ -135,7 +135,7 @@ def test_server_ignoring_n_is_asked_for_the_rest_with_new_seeds(chat_server, ope
     [
         ({"base_url": None, "backend": "openai"}, "base_url"),
         ({"temprature": 0.1}, r"unknown keys \['temprature'\]"),
-        ({"backend": "claude"}, "llm.backend must be openai, hf or replay, got 'claude'"),
+        ({"backend": "claude"}, "llm.backend must be local, openai, hf or replay, got 'claude'"),
         ({"cache": {"path": "x.jsonl", "mode": "sometimes"}}, "cache.mode must be record, replay or off"),
         ({"max_retries": -1}, r"llm \(openai\): max_retries must be an integer >= 0, got -1"),
         ({"max_retries": 2.5}, r"max_retries must be an integer >= 0, got 2.5"),

@@ -57,7 +57,7 @@ def test_llm_loop_records_then_replays_bit_for_bit(chat_server, openai_cfg, tmp_
     chat_server.script = [(200, chat_server.completion(a), 0.0) for a in answers]
     cassette = tmp_path / "designer.jsonl"
     setup = _setup()
-    loop = LoopConfig(iterations=2, start="cold", slack=10.0, max_retries=1)
+    loop = LoopConfig(iterations=2, start="cold", slack=10.0, tries=2)
 
     recorded_llm = from_config({**openai_cfg, "cache": {"path": str(cassette), "mode": "record"}})
     recorded, _ = design_reward(setup, LLMDesigner(recorded_llm, _setting(setup.scenario)), loop, progress=False)

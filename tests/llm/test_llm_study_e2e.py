@@ -57,7 +57,7 @@ def test_llm_rows_fill_record_a_cassette_and_replay_bit_identically(tmp_path):
     assert served == len(cassette) + 1 > 20  # every answer recorded; the 429 was retried
     for stem, table in LLM_TABLES.items():
         frame = pd.read_csv(tmp_path / "recorded" / stem / f"{table}.csv", index_col=0)
-        llm_rows = [label for label in frame.index if label.endswith("test") or label == "test"]  # named after the model
+        llm_rows = [label for label in frame.index if "test (paper: GPT-4)" in label]  # named after the model and the paper's LLM
         assert len(llm_rows) == {"bus_llm_methods": 4, "bus_ablation": 5, "bus_llm_sensitivity": 1}[stem]
         assert not frame.loc[llm_rows].astype(str).apply(lambda c: c.str.contains("not run")).any().any()
         assert not any("LLM designer" in label for label in frame.index)
@@ -80,3 +80,30 @@ def test_llm_direct_with_the_double_counts_unreadable_answers(tmp_path, monkeypa
     [row] = run.rows
     assert run.label == "LLM-direct · test" and 0 < row["failures"] < row["decisions"] // 3
     assert run.usage["calls"] == row["decisions"] and row["hold_time_s"] > 0
+
+
+def test_a_designer_that_never_writes_valid_code_ends_labelled_and_the_tables_say_so(tmp_path, chat_server):
+    """A weak model (here a loopback server that answers every prompt with prose) is a result: the
+    loop ends within K tries, the notebook finishes, and its tables and claim name the outcome."""
+    chat_server.script = [(200, chat_server.completion("A good reward balances the headways of the buses."), 0.0)]
+    entry = f"{{name: prose, paper: GPT-4o, llm: {{backend: openai, base_url: '{chat_server.url}', model: prose}}}}"
+    env = {**os.environ, "LLMTRAFFIC_RUNS": str(tmp_path / "runs"), "LLMTRAFFIC_FIGURES": str(tmp_path / "figures"),
+           "PYTHONPATH": str(ROOT / "lib")}
+    done = subprocess.run([sys.executable, "-m", "llmtraffic.study", "run", "--profile", "smoke", "--only",
+                           "bus_llm_sensitivity", "--set", f"designers=[{entry}]", "--set", "tries=2"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "figures" / "bus_llm_sensitivity"
+    final = pd.read_csv(out / "final_agents.csv", index_col=0)
+    # smoke: 2 iterations from the warm start, each an analysis, a modification and one repair (K = 2)
+    outcome = "no valid reward from prose (paper: GPT-4o) in 2 tries per candidate, 2 candidates, 1 of 1 loops, 4 answers"
+    assert final.loc["prose (paper: GPT-4o)"].astype(str).str.startswith(outcome).all()
+    assert "4 × no code in the answer; the loop kept its warm start" in final.loc["prose (paper: GPT-4o)", "Avg travel time (s)"]
+    assert len(chat_server.requests) == 6
+    [claim] = json.loads((out / "claims.json").read_text())["claims"]
+    assert claim["verdict"] == "no result" and claim["finding"].startswith(outcome)
+    share = pd.read_csv(out / "valid_code_share.csv")
+    mine = share[share["experiment"] == "prose (paper: GPT-4o)"].set_index("role")
+    assert mine.loc["modifier", "code answers"] == 2 and mine.loc["modifier", "valid"] == 0
+    assert mine.loc["analyzer", "requests"] == 2 and mine.loc["repair (error feedback)", "requests"] == 2
+    assert mine["valid-code share"].dropna().eq(0).all() and mine["valid-code share"].isna().sum() == 1  # the analyzer writes no code

@@ -234,7 +234,7 @@ def _notebook_dir(tmp_path, source, stem="nb"):
         ("dqn={hidden: [8, x]}", ["'dqn.hidden[1]' must be int"]),
         ("episodes=null", ["'episodes' must be int", "got NoneType"]),
         ("llm=5", ["'llm' must be a mapping", "got int 5"]),
-        ("llm={backend: nonsense}", ["'llm' backend must be one of openai, hf, replay, got 'nonsense'"]),
+        ("llm={backend: nonsense}", ["'llm' backend must be one of local, openai, hf, replay, got 'nonsense'"]),
         ("llm={backend: openai, base_url: 'http://h/v1', model: m, tmperature: 1}", ["unknown keys ['tmperature']"]),
         ("llm={backend: openai, base_url: 'h/v1', model: m}", ["base_url must start with http:// or https://"]),
         ("llm={backend: openai, base_url: 'http://h/v1', model: m, max_retries: -1}", ["max_retries must be an integer >= 0"]),

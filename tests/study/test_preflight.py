@@ -52,6 +52,18 @@ def test_missing_key_variable_model_folder_and_cassettes(tmp_path, monkeypatch):
     assert resource_problems({"llm": offline}) == []  # replay needs no endpoint
 
 
+def test_a_local_model_needs_its_weights_or_file_and_a_valid_config(tmp_path):
+    from llmtraffic.study.preflight import llm_shape_problem
+
+    assert resource_problems({"llm": {"backend": "local", "model": "smollm2-135m"}}) == []  # installed by make venv
+    [problem] = resource_problems({"llm": {"backend": "local", "model": str(tmp_path / "x.gguf")}})
+    assert f"model file {tmp_path / 'x.gguf'} does not exist" in problem and "leave llm unset" in problem
+    [problem] = resource_problems({"llm": {"backend": "local", "model": "gpt-5"}})
+    assert "unknown model 'gpt-5': registered models are ['qwen2.5-coder-1.5b', 'smollm2-135m']" in problem
+    assert llm_shape_problem({"backend": "local", "model": "smollm2-135m", "threads": 0}) == "threads must be an integer >= 1, got 0"
+    assert "lacks required keys ['model']" in llm_shape_problem({"backend": "local"})
+
+
 def test_absent_backbone_names_what_to_do_and_the_surrogate_passes():
     from llmtraffic.signal import backbones
     from llmtraffic.signal import preflight

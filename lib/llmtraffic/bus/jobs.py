@@ -158,9 +158,9 @@ def case2_agents(llm: dict | None, dqn: dict, loop: dict, agent_seeds: list[int]
     from .reward_design.jobs import LLM_DESIGNER, SEARCH, design_run
 
     check_disjoint(val_seeds, eval_seeds=eval_seeds, design_seeds=design_seeds)
-    unknown = sorted(set(loop) - {"iterations", "slack", "k", "max_retries"})
+    unknown = sorted(set(loop) - {"iterations", "slack", "k", "tries"})
     if unknown:
-        raise ValueError(f"unknown loop setting(s) {unknown}; known: iterations, slack, k, max_retries")
+        raise ValueError(f"unknown loop setting(s) {unknown}; known: iterations, slack, k, tries")
     designer = SEARCH if llm is None else LLM_DESIGNER
     tasks = [dict(designer=designer, llm=llm, variant="paradigm", seed=a, dqn=dqn, design_seeds=list(design_seeds),
                   eval_seeds=[], horizon_s=test_horizon_s, train_horizon_s=train_horizon_s, scenario="case2", **loop)
@@ -168,8 +168,8 @@ def case2_agents(llm: dict | None, dqn: dict, loop: dict, agent_seeds: list[int]
     designs = study.run_grid(design_run, tasks, executor=executor if llm is None else "serial", jobs=jobs,
                              desc="case-2 reward design")
     for run in designs:
-        if run.unavailable:
-            raise ValueError(f"case-2 reward design did not run: {run.unavailable}")
+        if not run.has_reward:
+            raise ValueError(f"case-2 reward design has no reward: {run.unavailable or run.failure}")
     ours = ours_label(llm)
     runs = {(m, a): ("case2", {}, r, dqn) for a, run in zip(agent_seeds, designs)
             for m, r in (("RL-local", "rl_local"), ("RL-global", "rl_global"), (ours, run.outcome.final_code))}

@@ -2,7 +2,9 @@
 
 Config (a dict, usually the ``llm:`` parameter of a notebook)::
 
-    backend: openai          # openai | hf | replay
+    backend: local           # local | openai | hf | replay
+    # local:  model (qwen2.5-coder-1.5b | smollm2-135m | /path/any.gguf), threads, n_ctx, seed,
+    #         startup_timeout_s, timeout_s, max_retries: a llama.cpp server the study starts and stops
     # openai: base_url, model, api_key_env, timeout_s, max_retries, backoff_s, backoff_max_s, seed
     # hf:     path, model (name; default: directory name), quantization (null | nf4), device, seed
     # replay: cassette, model and source (the recorded model and backend; inferred when the
@@ -37,7 +39,7 @@ class ReplayBackend:
         self.name = name
         self.model = model
 
-    def generate(self, messages, n, temperature, max_tokens, seed):
+    def generate(self, messages, n, temperature, max_tokens, seed, **constraint):
         raise LLMError("the replay backend cannot generate; the request must be in the cassette")
 
 
@@ -49,6 +51,11 @@ def from_config(cfg: dict) -> LLM:
     _check_keys(cache, {"path", "mode"}, set(), "llm.cache")
     mode = cache.get("mode", "record" if cache.get("path") else "off")
     cassette = Cassette(cassette_path(cache["path"]), record=mode == "record") if cache.get("path") else None
+    if backend == "local":
+        from .local import LocalBackend, LocalConfig
+
+        _check_keys(cfg, {f.name for f in dataclasses.fields(LocalConfig)}, {"model"}, "llm (local)")
+        return LLM(LocalBackend(LocalConfig(**cfg)), cassette, mode)
     if backend == "openai":
         openai_keys = {f.name for f in dataclasses.fields(OpenAIConfig)}
         _check_keys(cfg, openai_keys, {"base_url", "model"}, "llm (openai)")
@@ -61,7 +68,7 @@ def from_config(cfg: dict) -> LLM:
         if cassette is not None:
             raise ValueError("llm (replay): give the file as 'cassette', without cache")
         return _replay(cfg)
-    raise ValueError(f"llm.backend must be openai, hf or replay, got {backend!r}")
+    raise ValueError(f"llm.backend must be local, openai, hf or replay, got {backend!r}")
 
 
 def cassette_path(path: str | Path) -> Path:

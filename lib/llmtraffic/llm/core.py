@@ -42,8 +42,10 @@ class Backend(Protocol):
     """Model identifier; part of the cassette key."""
 
     def generate(
-        self, messages: list[dict], n: int, temperature: float, max_tokens: int, seed: int | None
-    ) -> Completion: ...
+        self, messages: list[dict], n: int, temperature: float, max_tokens: int, seed: int | None, **constraint
+    ) -> Completion:
+        """``constraint``: ``grammar`` or ``json_schema`` when the request has one (a backend
+        that cannot constrain decoding raises `LLMError`)."""
 
 
 @dataclass
@@ -107,8 +109,14 @@ class LLM:
         temperature: float = 1.0,
         max_tokens: int = 1024,
         seed: int | None = None,
+        grammar: str | None = None,
+        json_schema: dict | None = None,
     ) -> list[str]:
-        """`n` sampled answers to chat `messages` (``[{"role": ..., "content": ...}]``)."""
+        """`n` sampled answers to chat `messages` (``[{"role": ..., "content": ...}]``).
+
+        ``grammar`` (GBNF) or ``json_schema`` constrain decoding where the backend supports it (a
+        llama.cpp server); they join the cassette key only when given, so unconstrained requests
+        keep their keys."""
         check_messages(messages)
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -117,6 +125,12 @@ class LLM:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         params = {"n": n, "temperature": float(temperature), "max_tokens": max_tokens, "seed": seed}
+        if grammar is not None and json_schema is not None:
+            raise ValueError("give grammar or json_schema, not both")
+        if grammar is not None:
+            params["grammar"] = grammar
+        if json_schema is not None:
+            params["json_schema"] = json_schema
         key = request_key(self.backend.name, self.backend.model, messages, params)
         occurrence = self._occurrences.get(key, 0)
         self._occurrences[key] = occurrence + 1

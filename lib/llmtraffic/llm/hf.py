@@ -13,7 +13,7 @@ import os
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
-from .core import Completion
+from .core import Completion, LLMError
 
 
 def load(path: str | os.PathLike, quantization: str | None = None, device: str = "cpu"):
@@ -68,8 +68,10 @@ class HFBackend:
         self.eos = torch.tensor(sorted({tokenizer.eos_token_id, *eos} - {None}))
 
     def generate(
-        self, messages: list[dict], n: int, temperature: float, max_tokens: int, seed: int | None
+        self, messages: list[dict], n: int, temperature: float, max_tokens: int, seed: int | None, **constraint
     ) -> Completion:
+        if constraint:
+            raise LLMError(f"the hf backend cannot constrain decoding ({', '.join(constraint)}); use backend: local")
         prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
         room = self.lm.config.max_position_embeddings - len(prompt)
         if room < 1:

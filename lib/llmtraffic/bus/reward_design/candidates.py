@@ -98,9 +98,10 @@ def train_and_test(setup: DesignSetup, code: str, seed: int | None = None) -> De
 
 def design_reward(setup: DesignSetup, designer: Designer, loop: LoopConfig,
                   start_code: str | None = None, progress: bool = True,
-                  train: Callable[[DesignSetup, str], Designed] = train_and_test) -> tuple[Outcome, Designed]:
+                  train: Callable[[DesignSetup, str], Designed] = train_and_test) -> tuple[Outcome, Designed | None]:
     """Run the loop; return its outcome and the final (last accepted) reward with the agent
-    trained on it. ``start_code``: the warm start (default: :func:`expert_code`).
+    trained on it (None when the loop found no valid starting reward; ``outcome.failure`` says when
+    the designer wrote no valid reward). ``start_code``: the warm start (default: :func:`expert_code`).
 
     ``train(setup, code)`` trains and tests one candidate (default :func:`train_and_test`; the
     notebooks pass a cached version, so a reward met again in another loop is not retrained)."""
@@ -118,4 +119,4 @@ def design_reward(setup: DesignSetup, designer: Designer, loop: LoopConfig,
 
     start = start_code or expert_code(setup.scenario.state_dim)
     outcome = run_loop(designer, evaluate_code, validate, loop, expert_code=start, progress=progress)
-    return outcome, trained[outcome.final_code]
+    return outcome, trained.get(outcome.final_code)

@@ -10,33 +10,50 @@ reviews each reward from its code alone (``critic=True``).
 from __future__ import annotations
 
 from ...llm import LLM
-from . import prompts
+from . import decoding as dec, prompts
 from .extract import extract_code
 from .loop import Reply, Trial
 
 
 class LLMDesigner:
-    """The :class:`~.loop.Designer` protocol answered by an LLM."""
+    """The :class:`~.loop.Designer` protocol answered by an LLM.
+
+    ``decoding`` (:data:`.decoding.DECODINGS`): ``free`` (the paper's), or one of the labelled
+    variants beyond it, ``grammar`` (constrained decoding) and ``structured`` (terms and weights
+    that compile to code). The analyzer's text is never constrained."""
 
     def __init__(self, llm: LLM, setting: prompts.Setting, temperature: float = 0.7,
-                 max_tokens: int = 1500, seed: int | None = 0, critic: bool = False):
+                 max_tokens: int = 1500, seed: int | None = 0, critic: bool = False, decoding: str = "free"):
+        if decoding not in dec.DECODINGS:
+            raise ValueError(f"decoding must be one of {dec.DECODINGS}, got {decoding!r}")
         self.llm, self.setting = llm, setting
         self.temperature, self.max_tokens, self.seed = temperature, max_tokens, seed
-        self.critic = critic
+        self.critic, self.decoding = critic, decoding
         self.name = f"{llm.backend.model}" + (" (critic)" if critic else "")
         self._calls = 0
 
-    def _ask(self, messages: list[dict]) -> str:
+    def usage(self) -> dict:
+        """The LLM's request and token totals so far (the loop measures each call by them)."""
+        return self.llm.usage().as_dict()
+
+    def _ask(self, messages: list[dict], **constraint) -> str:
         # one sampling seed per request (seed, seed + 1, ...): with a fixed seed, an API would
         # answer the k samples of an Eureka-style iteration (identical prompts) k times alike
         seed = None if self.seed is None else self.seed + self._calls
         self._calls += 1
         return self.llm.complete(messages, n=1, temperature=self.temperature,
-                                 max_tokens=self.max_tokens, seed=seed)[0]
+                                 max_tokens=self.max_tokens, seed=seed, **constraint)[0]
 
     def _code(self, messages: list[dict]) -> Reply:
-        text = self._ask(messages)
-        return Reply(extract_code(text), prompt=messages[-1]["content"], response=text)
+        s = self.setting
+        if self.decoding == "structured":
+            messages = dec.with_structured_output(messages, s.multi_line, s.state_dim)
+            text = self._ask(messages, json_schema=dec.schema(s.multi_line, s.state_dim))
+            code = dec.compile_terms(text, s.state_dim, label=self.name)
+        else:
+            text = self._ask(messages, **({"grammar": dec.GRAMMAR} if self.decoding == "grammar" else {}))
+            code = extract_code(text)
+        return Reply(code, prompt=messages[-1]["content"], response=text)
 
     def initial(self) -> Reply:
         return self._code(prompts.initializer(self.setting))

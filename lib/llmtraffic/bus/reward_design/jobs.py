@@ -15,7 +15,9 @@ depends on (the loop, the designers, the prompts, the training), so editing any 
 A row that cannot run here (an LLM row without an ``llm`` config) comes back as the same dataclass
 with ``unavailable`` saying why, never as a magic string in a table cell. The designer is the search
 designer (no LLM) unless an ``llm`` config is given: that alone selects the LLM designer, and the
-row is labelled with its model name.
+row is labelled with its model (the model card's name for a local model, and the paper's LLM it
+stands in for when given). A loop that ran but whose model wrote no valid starting reward in K tries
+is a result, not a missing row: ``failure`` says so with its counts, and the row has no evaluation.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 
 from ... import study
 from ...llm import LLM, from_config
+from ...llm.models import MODELS, title
 from ...rl.dqn import DQNConfig
 from .. import scenarios
 from ..controllers import Feedback, NoHolding
@@ -50,11 +53,14 @@ SEARCH, LLM_DESIGNER = "search", "llm"
 """The two designer kinds a job runs: the search designer, or the LLM of the ``llm`` config."""
 
 
-def designer_label(llm: dict | None) -> str:
-    """How tables and figures name a designer: the model of the ``llm`` config, or the search designer."""
+def designer_label(llm: dict | None, paper_llm: str = "", decoding: str = "free") -> str:
+    """How tables and figures name a designer: the model of the ``llm`` config (a local model by its
+    model card's name), the paper's LLM it stands in for, and a decoding variant; or the search designer."""
     if llm is None:
         return LABEL
-    return str(llm.get("model") or Path(llm.get("cassette", "replay")).stem)
+    model = str(llm.get("model") or Path(llm.get("cassette", "replay")).stem)
+    name = title(model) if model in MODELS or llm.get("backend") == "local" else model  # a replay keeps the label
+    return name + (f" (paper: {paper_llm})" if paper_llm else "") + ("" if decoding == "free" else f" · {decoding} decoding")
 
 
 def with_cassette(llm: dict | None) -> dict | None:
@@ -67,14 +73,16 @@ def with_cassette(llm: dict | None) -> dict | None:
     return {**llm, "cache": {"path": f"llm/{name}.jsonl", "mode": "record"}}
 
 
-def make_designer(llm: dict | None, scenario: Scenario, critic: bool = False, seed: int = 0) -> tuple[Designer, LLM | None]:
+def make_designer(llm: dict | None, scenario: Scenario, critic: bool = False, seed: int = 0,
+                  decoding: str = "free", max_tokens: int = 1500) -> tuple[Designer, LLM | None]:
     """The search designer (seeded from ``seed``), or an LLM designer built from the ``llm`` config."""
     setting = Setting.of(scenario)
     if llm is None:
         headway = float(np.mean([line.headway_s for line in scenario.lines]))
         return SearchDesigner(headway, setting.multi_line, setting.state_dim, seed=seed, critic=critic), None
     model = from_config(llm)
-    return llm_designer.LLMDesigner(model, setting, critic=critic, seed=seed), model
+    return llm_designer.LLMDesigner(model, setting, critic=critic, seed=seed, decoding=decoding,
+                                    max_tokens=max_tokens), model
 
 
 @dataclass
@@ -101,6 +109,16 @@ class DesignRun:
     def label(self) -> str:
         return f"{variants.NAMES[self.variant]} · {self.designer}"
 
+    @property
+    def failure(self) -> str:
+        """``no valid reward in K tries (…)`` when the loop ran and found no starting reward."""
+        return self.outcome.failure if self.outcome is not None else ""
+
+    @property
+    def has_reward(self) -> bool:
+        """Whether the loop ran and has a final reward (and evaluation rows)."""
+        return not self.unavailable and self.outcome is not None and self.outcome.ok
+
 
 def _setup(scenario: str, dqn: dict, seed: int, design_seeds: list[int], horizon_s: float | None,
            train_horizon_s: float | None) -> DesignSetup:
@@ -118,37 +136,44 @@ def _candidate_trainer(params: dict):
 
 
 def design_run(*, designer: str, llm: dict | None, variant: str, seed: int, dqn: dict, design_seeds: list[int],
-               eval_seeds: list[int], iterations: int, slack: float | list[float], k: int = 3, max_retries: int = 3,
-               horizon_s: float | None = None, train_horizon_s: float | None = None,
-               scenario: str = "case1") -> DesignRun:
+               eval_seeds: list[int], iterations: int, slack: float | list[float], k: int = 3, tries: int = 4,
+               horizon_s: float | None = None, train_horizon_s: float | None = None, scenario: str = "case1",
+               decoding: str = "free", max_tokens: int = 1500, paper_llm: str = "") -> DesignRun:
     """Run the loop for one designer (``search`` or ``llm``), variant and agent seed (cached).
 
     ``dqn`` holds :class:`~llmtraffic.rl.dqn.DQNConfig` fields (the seed comes from ``seed``, which
     also seeds the search designer); ``design_seeds`` are the episodes the loop tests each
     candidate on (its feedback, §4.3); ``eval_seeds`` are separate episodes on which the final
     reward's agent is reported, so the reported numbers are not the ones the loop selected on.
-    ``designer="llm"`` without ``llm`` returns a row that says it needs an LLM backend.
+    ``designer="llm"`` without ``llm`` returns a row that says it needs an LLM backend. ``tries``
+    is K, the answers per candidate (first included); ``decoding`` and ``max_tokens`` set the LLM
+    designer (:class:`~.designer.LLMDesigner`); ``paper_llm`` names the paper's LLM in the label.
     """
     if designer not in (SEARCH, LLM_DESIGNER):
         raise ValueError(f"designer must be {SEARCH!r} or {LLM_DESIGNER!r} (an llm config selects the model), got {designer!r}")
     if designer == LLM_DESIGNER and llm is None:
         return DesignRun("LLM designer", variant, seed, unavailable=NEEDS_LLM)
     llm = with_cassette(llm) if designer == LLM_DESIGNER else None
+    llm_only = dict(decoding=decoding, max_tokens=max_tokens) if llm is not None else {}
     params = dict(llm=llm, variant=variant, seed=seed, dqn=dqn, design_seeds=list(design_seeds),
-                  eval_seeds=list(eval_seeds), iterations=iterations, slack=slack, k=k, max_retries=max_retries,
-                  horizon_s=horizon_s, train_horizon_s=train_horizon_s, scenario=scenario)
+                  eval_seeds=list(eval_seeds), iterations=iterations, slack=slack, k=k, tries=tries,
+                  horizon_s=horizon_s, train_horizon_s=train_horizon_s, scenario=scenario, **llm_only)
+    label = designer_label(llm, paper_llm, decoding)
 
     def build() -> DesignRun:
         start = time.perf_counter()
         setup = _setup(scenario, dqn, seed, design_seeds, horizon_s, train_horizon_s)
-        settings, critic = variants.loop_settings(variant, LoopConfig(iterations=iterations, slack=slack, max_retries=max_retries), k)
-        agent, model = make_designer(llm, setup.scenario, critic=critic, seed=seed)
+        settings, critic = variants.loop_settings(variant, LoopConfig(iterations=iterations, slack=slack, tries=tries), k)
+        agent, model = make_designer(llm, setup.scenario, critic=critic, seed=seed, **llm_only)
         outcome, final = design_reward(setup, agent, settings, progress=False, train=_candidate_trainer(params))
-        rows = [{"seed": s, **evaluate(setup.scenario, final.controller, s, horizon_s)} for s in eval_seeds]
+        rows = ([{"seed": s, **evaluate(setup.scenario, final.controller, s, horizon_s)} for s in eval_seeds]
+                if outcome.ok else [])
         usage = model.usage().as_dict() if model is not None else None
-        return DesignRun(designer_label(llm), variant, seed, outcome, rows, usage, time.perf_counter() - start)
+        return DesignRun(label, variant, seed, outcome, rows, usage, time.perf_counter() - start)
 
-    return study.cached("bus_reward_design", params, build)
+    run = study.cached("bus_reward_design", params, build)
+    run.designer = label  # the label is not part of the cache key
+    return run
 
 
 REFERENCES = ("no holding", "feedback control", "expert RL (RL-local)")
@@ -199,27 +224,47 @@ class DirectRun:
 
 
 def direct_run(*, llm: dict | None, eval_seeds: list[int], horizon_s: float | None = None,
-               scenario: str = "case1") -> DirectRun:
-    """The LLM-direct controller on ``eval_seeds`` (serially: one client), labelled with the model."""
+               scenario: str = "case1", paper_llm: str = "", note: str = "") -> DirectRun:
+    """The LLM-direct controller on ``eval_seeds`` (serially: one client), labelled with the model,
+    the paper's LLM it stands in for and ``note`` (e.g. fewer or shorter episodes than other rows).
+    Each row also holds the LLM wall time of its episode (``llm_s``): one request per decision."""
     if llm is None:
         return DirectRun("LLM-direct", unavailable=NEEDS_LLM)
     case = SCENARIOS[scenario]()
     model = from_config(with_cassette(llm))
-    label = f"LLM-direct · {designer_label(llm)}"
+    label = f"LLM-direct · {designer_label(llm, paper_llm)}" + (f" ({note})" if note else "")
     rows = []
     for seed in eval_seeds:
         controller = LLMDirect(model, Setting.of(case), name=label)
+        before = model.usage().latency_s
         rows.append({"method": label, "seed": seed, **evaluate(case, controller, seed, horizon_s),
-                     "decisions": controller.decisions, "failures": controller.failures})
+                     "decisions": controller.decisions, "failures": controller.failures,
+                     "llm_s": model.usage().latency_s - before})
     return DirectRun(label, rows, model.usage().as_dict())
 
 
+def direct_cost(run: DirectRun) -> dict:
+    """What one holding decision of the LLM-direct controller costs: decisions, unreadable answers,
+    requests, tokens and LLM seconds, in all and per decision."""
+    decisions = sum(r["decisions"] for r in run.rows)
+    u = run.usage or {}
+    per = max(decisions, 1)
+    return {"episodes": len(run.rows), "decisions": decisions, "unreadable answers": sum(r["failures"] for r in run.rows),
+            "requests": u.get("calls", 0), "prompt tokens per decision": round(u.get("prompt_tokens", 0) / per, 1),
+            "completion tokens per decision": round(u.get("completion_tokens", 0) / per, 1),
+            "LLM s per decision": round(u.get("latency_s", 0.0) / per, 2), "LLM s in all": round(u.get("latency_s", 0.0), 1)}
+
+
 def variant_grid(variants_: list[str], agent_seeds: list[int], llm: dict | None, common: dict,
-                 executor: str = "serial", jobs: int = 1, **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
+                 executor: str = "serial", jobs: int = 1, llm_iterations: int | None = None,
+                 **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
     """Every variant × agent seed with the search designer (through ``executor``), then with the LLM
-    (serially: one client, one cassette; rows that say why without ``llm``), and the references."""
+    (serially: one client, one cassette; rows that say why without ``llm``), and the references.
+    ``llm_iterations`` (default ``common["iterations"]``): the LLM loops' iterations, fewer where
+    each request costs minutes of CPU."""
     def tasks(designer: str) -> list[dict]:
-        return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **common) for v in variants_ for s in agent_seeds]
+        mine = {**common, "iterations": llm_iterations} if designer == LLM_DESIGNER and llm_iterations else common
+        return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **mine) for v in variants_ for s in agent_seeds]
 
     found = study.run_grid(design_run, tasks(SEARCH), executor=executor, jobs=jobs, desc="search-designer loops")
     found += study.run_grid(design_run, tasks(LLM_DESIGNER), desc="LLM loops")

@@ -132,10 +132,11 @@ HEADER = '''def reward(current_state, action, next_state):
 '''
 
 
-def render(p: Program, state_dim: int) -> str:
-    """Reward code of a program for a ``state_dim``-value state (onboard at [4], or [2] in case 1)."""
+def render(p: Program, state_dim: int, label: str = LABEL) -> str:
+    """Reward code of a program for a ``state_dim``-value state (onboard at [4], or [2] in case 1);
+    ``label`` names who chose the program in its first comment."""
     onboard = 4 if state_dim >= 6 else 2
-    lines = [HEADER.format(label=LABEL, summary=p.describe())]
+    lines = [HEADER.format(label=label, summary=p.describe())]
     for name, w in p.weights:
         c = BY_NAME[name]
         lines.append(f"    # {c.note}\n    " + c.text.format(w=repr(w), t=repr(p.t.get(name, 0.0)), onboard=onboard) + "\n")

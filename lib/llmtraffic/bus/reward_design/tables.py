@@ -4,7 +4,8 @@ Every interval comes from :mod:`llmtraffic.study.stats`: a t-interval over indep
 the mean over its evaluation episodes. A designer or loop row's run is a design run (one loop,
 with its agent); a reference row's run is a trained agent. Two rows pair by seed. Rows are keyed
 by their label (``DesignRun.label`` or a reference name); a row that did not run shows its
-``unavailable`` reason in every cell. The table builders leave their estimates in
+``unavailable`` reason in every cell, and a row whose loops found no valid reward shows that
+outcome with its counts (:func:`reasons`). The table builders leave their estimates in
 ``table.attrs["estimates"]`` for the sidecar.
 """
 
@@ -19,6 +20,7 @@ import pandas as pd
 from ...study import stats
 from ..evaluation import MEASURES
 from .jobs import REFERENCES, DesignRun, ReferenceRun
+from .loop import ROLES
 
 
 def group(runs: list[DesignRun]) -> dict[str, list[DesignRun]]:
@@ -41,7 +43,7 @@ def eval_frame(runs: dict[str, list[DesignRun]], references: list[ReferenceRun] 
     """One row per (method label, agent seed, evaluation episode) with the measures and ``noun``,
     what one run of the row is (a design run, or a reference's trained agent)."""
     rows = [{"method": label, "agent_seed": r.seed, "noun": "design run", **row}
-            for label, g in runs.items() for r in g if not r.unavailable for row in r.eval_rows]
+            for label, g in runs.items() for r in g if r.has_reward for row in r.eval_rows]
     return pd.DataFrame(rows + reference_rows(references))
 
 
@@ -71,8 +73,27 @@ def _rows(frame: pd.DataFrame, label: str) -> pd.DataFrame:
 
 
 def reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
-    """Label → why the row did not run, for rows none of whose runs ran."""
-    return {label: g[0].unavailable for label, g in runs.items() if all(r.unavailable for r in g)}
+    """Label → why the row has no result: it did not run (``unavailable``), or none of its loops
+    found a valid reward (``no valid reward from <model> in K tries``, with the counts)."""
+    out = {}
+    for label, g in runs.items():
+        if all(r.unavailable for r in g):
+            out[label] = g[0].unavailable
+        elif not any(r.has_reward for r in g):
+            out[label] = no_reward(g)
+    return out
+
+
+NO_VALID = "no valid reward"
+"""How the outcome of a row without a valid reward begins (:func:`no_reward`)."""
+
+
+def no_reward(g: list[DesignRun]) -> str:
+    """The labelled outcome of a row whose every loop ended without a valid reward."""
+    answers = sum(s.written for r in g for s in r.outcome.steps)
+    first = g[0].failure.split(" (")[0].replace("no valid reward", f"no valid reward from {g[0].designer}")
+    kinds = "; ".join(f"agent seed {r.seed}: {r.failure.split(' (', 1)[1].rstrip(')')}" for r in g)
+    return f"{first}, {len(g)} of {len(g)} loops, {answers} answers ({kinds})"
 
 
 def ci_table(frame: pd.DataFrame, labels: list[str], missing: dict[str, str] | None = None) -> pd.DataFrame:
@@ -161,10 +182,13 @@ def best_other(frame: pd.DataFrame, others: list[str], measure: str = "travel_ti
 def record_claim(frame: pd.DataFrame, missing: dict[str, str], label: str, reference: str, measure: str,
                  **claim: Any):
     """Record a paper claim as the paired relative difference (%) of ``label`` against ``reference``
-    in ``measure``, or as not run when either row did not run (its reason becomes ``needs``)."""
+    in ``measure``; as not run when either row did not run (its reason becomes ``needs``), or as no
+    result when either row's loops found no valid reward (the outcome becomes ``finding``)."""
     from ... import study
 
     why = missing.get(label) or missing.get(reference)
+    if why and why.startswith(NO_VALID):
+        return study.claim(paper="bus", finding=why, **claim)
     if why:
         return study.claim(paper="bus", needs=why.removeprefix("not run: needs "), **claim)
     return study.claim(paper="bus", ours=paired(frame, label, reference, measure), **claim)
@@ -173,6 +197,8 @@ def record_claim(frame: pd.DataFrame, missing: dict[str, str], label: str, refer
 def best_so_far(run: DesignRun) -> list[float]:
     """Best accepted test travel time after each iteration (iteration 0: the starting reward)."""
     h = run.outcome.history()
+    if not run.outcome.ok:
+        return [float("nan")]
     accepted = h[h["accepted"]].groupby("iteration")["travel_time_s"].min()
     best, out = float("inf"), []
     for i in range(int(h["iteration"].max()) + 1):
@@ -184,6 +210,8 @@ def best_so_far(run: DesignRun) -> list[float]:
 def kept_per_iteration(run: DesignRun) -> list[float]:
     """Test travel time of the kept (last accepted) reward after each iteration: what the loop would answer if stopped there."""
     h = run.outcome.history()
+    if not run.outcome.ok:
+        return [float("nan")]
     accepted = h[h["accepted"]].groupby("iteration")["travel_time_s"].last()
     kept, out = float("nan"), []
     for i in range(int(h["iteration"].max()) + 1):
@@ -194,6 +222,8 @@ def kept_per_iteration(run: DesignRun) -> list[float]:
 
 def accepted_iterations(run: DesignRun) -> int:
     h = run.outcome.history()
+    if h.empty or not run.outcome.ok:
+        return 0
     return int(h.loc[h["accepted"] & (h["iteration"] > 0), "iteration"].nunique())
 
 
@@ -208,12 +238,14 @@ def loop_summary(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
             out[label] = {"candidates": g[0].unavailable}
             continue
         h = [r.outcome.history() for r in ran]
+        done = [r.outcome.final.travel_time for r in ran if r.has_reward]
         out[label] = {
             "candidates": sum(len(x) for x in h),
             "invalid": sum(int((~x["valid"]).sum()) for x in h),
             "not kept": sum(int((x["valid"] & ~x["accepted"]).sum()) for x in h),
             "distinct rewards": sum(len({s.code for s in r.outcome.steps}) for r in ran),
-            "final design travel time (s)": round(float(np.mean([r.outcome.final.travel_time for r in ran])), 1),
+            "loops without a valid reward": f"{len(ran) - len(done)} of {len(ran)}",
+            "final design travel time (s)": round(float(np.mean(done)), 1) if done else "none",
             "wall time (s)": round(sum(r.wall_s for r in ran), 1),
         }
     return pd.DataFrame.from_dict(out, orient="index").rename_axis("experiment")
@@ -223,11 +255,68 @@ USAGE = ("calls", "prompt_tokens", "completion_tokens", "total_tokens")
 """What a row's LLM requests cost (recorded or replayed alike: a replay costs nothing but is the same experiment)."""
 
 
+COST = (*USAGE, "LLM time (s)")
+
+
 def cost_table(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
-    """LLM requests and tokens per row, summed over its agent seeds; rows without an LLM are left out."""
+    """LLM requests, tokens and LLM wall time (as recorded) per row, summed over its agent seeds; rows
+    without an LLM are left out. Whether a request was asked now or answered from the cassette is
+    left out on purpose: a replay must give the same table."""
     rows = {}
     for label, g in runs.items():
         usages = [r.usage for r in g if r.usage is not None]
         if usages:
             rows[label] = {key: sum(u[key] for u in usages) for key in USAGE}
-    return pd.DataFrame.from_dict(rows, orient="index", columns=list(USAGE)).rename_axis("experiment")
+            rows[label]["LLM time (s)"] = round(sum(u["latency_s"] for u in usages), 1)
+    return pd.DataFrame.from_dict(rows, orient="index", columns=list(COST)).rename_axis("experiment")
+
+
+def loop_measurements(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
+    """Per row, role (:data:`~.loop.ROLES`) and iteration, summed over agent seeds: designer
+    requests, prompt and completion tokens, wall time of the requests, code answers, the share of
+    them that passed validation (and training), and the candidates the refiner accepted or rejected.
+    A given start (warm or trivial) is no answer; the analyzer writes text, not code."""
+    keys = ["experiment", "role", "iteration"]
+    asked = ["requests", "prompt_tokens", "completion_tokens", "llm_s"]
+    calls = pd.DataFrame([{"experiment": label, **c} for label, g in runs.items() for r in g if r.outcome
+                          for c in r.outcome.calls], columns=[*keys, *asked, "wall_s"]).drop(columns="wall_s")
+    steps = pd.DataFrame([{"experiment": label, "iteration": s.iteration, "role": ROLES[s.role], "code answers": 1,
+                           "valid": int(s.ok), "accepted": int(s.accepted), "rejected": int(s.ok and not s.accepted)}
+                          for label, g in runs.items() for r in g if r.outcome for s in r.outcome.steps if s.written],
+                         columns=[*keys, "code answers", "valid", "accepted", "rejected"])
+    out = calls.groupby(keys, sort=False).sum().join(steps.groupby(keys, sort=False).sum(), how="outer")
+    out = out.fillna(0).astype(int if out.empty else {c: int for c in out.columns if c != "llm_s"})
+    out["valid-code share"] = share(out)
+    return out.rename(columns={"llm_s": "LLM time (s)"}).round({"LLM time (s)": 1})
+
+
+def share(frame: pd.DataFrame) -> pd.Series:
+    """Valid code answers / code answers (NaN where the role wrote no code)."""
+    return (frame["valid"] / frame["code answers"].where(frame["code answers"] > 0)).round(2)
+
+
+def valid_share_by_role(measurements: pd.DataFrame) -> pd.DataFrame:
+    """:func:`loop_measurements` summed over iterations: per row and role."""
+    out = measurements.drop(columns=["valid-code share"]).groupby(level=["experiment", "role"], sort=False).sum()
+    out["valid-code share"] = share(out)
+    return out
+
+
+def save_loop_measurements(runs: dict[str, list[DesignRun]], study_label: str) -> pd.DataFrame:
+    """Save :func:`loop_measurements` (``loop_measurements``) and its sum per role
+    (``valid_code_share``) for the rows that ran; return the latter (empty without LLM rows)."""
+    from ... import study
+
+    measured = loop_measurements(runs)
+    if measured.empty:
+        return measured
+    by_role = valid_share_by_role(measured)
+    where = ("requests, tokens and LLM wall time of the designer's calls; code answers and the share that passed "
+             "validation and training (a given warm start is no answer); candidates the refiner accepted or rejected; "
+             f"summed over agent seeds; {study_label}. A request answered from the cassette (asked before by this or "
+             "another notebook with the same model, messages, sampling parameters and seed) counts at its recorded cost")
+    study.save_table(measured.reset_index().set_index("experiment"), "loop_measurements",
+                     caption=f"Loop measurements per role and iteration: {where}")
+    study.save_table(by_role.reset_index().set_index("experiment"), "valid_code_share",
+                     caption=f"Valid-code share per role: {where}")
+    return by_role

@@ -1,0 +1,123 @@
+"""The managed llama.cpp server (``backend: local``) on the packaged SmolLM2-135M-Instruct weights:
+real server, real loopback HTTP, real processes and signals."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from llmtraffic.llm import Cassette, from_config
+from llmtraffic.llm.local import LLMServerError, stop_all
+
+ROOT = Path(__file__).resolve().parents[2]
+MESSAGES = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+SMALL = {"backend": "local", "model": "smollm2-135m", "n_ctx": 1024, "threads": 1}
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    """Whether process ``pid`` (not a child of this process) has ended within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMTRAFFIC_RUNS", str(tmp_path / "runs"))
+    yield tmp_path / "runs"
+    stop_all()  # each test starts its own server (the pool would share one across tests)
+
+
+def test_the_server_starts_on_the_packaged_weights_and_a_seed_gives_one_text(runs):
+    llm = from_config(SMALL)
+    assert llm.backend.server.process is None  # nothing starts before a live request
+    first = llm.complete(MESSAGES, temperature=0.9, max_tokens=12, seed=7)
+    server = llm.backend.server
+    again = llm.complete(MESSAGES, temperature=0.9, max_tokens=12, seed=7)
+    assert first == again and first[0].strip()
+    assert llm.usage().live_calls == 2 and llm.usage().completion_tokens > 0  # token counts of the openai backend
+    assert server.log_path.parent == runs / "llm" and "--model_alias smollm2-135m" in server.log_path.read_text()
+    assert 0 < server.startup_s < 120
+    process, port = server.process, server.port
+    stop_all()
+    assert process.poll() is not None and _port_free(port)
+
+
+def test_a_constraint_reaches_the_server_and_joins_the_cassette_key(runs):
+    llm = from_config({**SMALL, "cache": {"path": "llm/c.jsonl"}})
+    [text] = llm.complete(MESSAGES, temperature=0.9, max_tokens=8, seed=1, grammar='root ::= "yes" | "no"')
+    assert text in ("yes", "no")
+    [entry] = [json.loads(line) for line in (runs / "llm" / "c.jsonl").read_text().splitlines()]
+    assert entry["params"]["grammar"] == 'root ::= "yes" | "no"' and entry["backend"] == "local"
+
+
+def test_the_designer_grammar_makes_the_server_write_a_fenced_reward_function(runs):
+    from llmtraffic.bus.reward_design.decoding import GRAMMAR
+
+    llm = from_config(SMALL)
+    [text] = llm.complete(MESSAGES, temperature=0.7, max_tokens=48, seed=0, grammar=GRAMMAR)
+    head = "```python\n"
+    assert text.startswith(head) and "def reward(current_state, action, next_state):\n    " in text
+    assert all(line.startswith(("import ", "def reward", "    ")) for line in text[len(head):].splitlines()[:-1])
+
+
+def test_a_server_killed_mid_run_gives_a_clear_error_and_the_cassette_keeps_what_was_answered(runs):
+    llm = from_config({**SMALL, "cache": {"path": "llm/killed.jsonl", "mode": "record"}})
+    [kept] = llm.complete(MESSAGES, temperature=0.5, max_tokens=8, seed=3)
+    server = llm.backend.server
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait(10)
+    with pytest.raises(LLMServerError, match=r"stopped with code -9 during the run.*Server log"):
+        llm.complete(MESSAGES, temperature=0.5, max_tokens=8, seed=4)
+    assert len(Cassette(runs / "llm" / "killed.jsonl")) == 1
+    replay = from_config({"backend": "replay", "cassette": "llm/killed.jsonl"})
+    assert replay.complete(MESSAGES, temperature=0.5, max_tokens=8, seed=3) == [kept]  # no server needed
+    stop_all()
+    again = from_config({**SMALL, "cache": {"path": "llm/killed.jsonl", "mode": "record"}})
+    assert again.complete(MESSAGES, temperature=0.5, max_tokens=8, seed=3) == [kept]
+    assert again.backend.server.process is None and again.usage().live_calls == 0  # recorded: no server starts
+
+
+CHILD = """
+import sys, time
+from llmtraffic.llm import from_config
+llm = from_config({"backend": "local", "model": "smollm2-135m", "n_ctx": 1024, "threads": 1})
+llm.complete([{"role": "user", "content": "Hi"}], max_tokens=4, seed=0)
+print(llm.backend.server.process.pid, llm.backend.server.port, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["interrupt", "terminate", "kill"])
+def test_stopping_the_study_leaves_no_server_process(runs, how):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib"), "LLMTRAFFIC_RUNS": str(runs)}
+    study = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        line = study.stdout.readline()
+        assert line, study.stderr.read()[-2000:]
+        pid, port = map(int, line.split())
+        study.send_signal(how)
+        study.wait(30)
+        # SIGKILL leaves no chance to clean up: the server's watchdog sees its parent gone (within ~0.5 s)
+        assert _gone(pid, within_s=15), f"server {pid} still runs after the study got {how.name}"
+        assert _port_free(port)
+    finally:
+        study.kill()
+        study.wait()
