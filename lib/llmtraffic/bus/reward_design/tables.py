@@ -316,7 +316,7 @@ def save_loop_measurements(runs: dict[str, list[DesignRun]], study_label: str) -
              f"summed over agent seeds; {study_label}. A request answered from the cassette (asked before by this or "
              "another notebook with the same model, messages, sampling parameters and seed) counts at its recorded cost")
     study.save_table(measured.reset_index().set_index("experiment"), "loop_measurements",
-                     caption=f"Loop measurements per role and iteration: {where}")
+                     caption=f"Loop measurements per role and iteration: {where}", descriptive=True)
     study.save_table(by_role.reset_index().set_index("experiment"), "valid_code_share",
-                     caption=f"Valid-code share per role: {where}")
+                     caption=f"Valid-code share per role: {where}", descriptive=True)
     return by_role
