@@ -42,8 +42,8 @@ def test_readme_section_is_replaced_between_markers(recorded, tmp_path):
     assert "old text" not in text
     assert "4 claims: 0 reproduced, 0 opposite, 2 inconclusive, 0 not run" not in text
     assert "5 claims" not in text  # counted per paper
-    assert "claims: 2 reproduced, 0 opposite, 2 inconclusive, 0 inconclusive (n = 1), 0 not run." in text
-    assert "1 claims: 0 reproduced, 0 opposite, 0 inconclusive, 0 inconclusive (n = 1), 1 not run." in text
+    assert "claims: 2 reproduced, 0 opposite, 2 inconclusive, 0 inconclusive (n = 1), 0 no result, 0 not run." in text
+    assert "1 claims: 0 reproduced, 0 opposite, 0 inconclusive, 0 inconclusive (n = 1), 0 no result, 1 not run." in text
 
 
 def test_readme_without_markers_is_an_error(recorded, tmp_path):
