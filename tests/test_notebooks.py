@@ -62,7 +62,7 @@ SETTINGS = {
     "absent backbone in a list": (lambda: "backbones=[surrogate-tiny, Qwen3-0.6B]", "backbones", 3,
                                   ["backbone 'Qwen3-0.6B' cannot run here", "needs local weights and a GPU"]),
     "unknown llm backend": (lambda: "llm={backend: nonsense}", "llm", 2,
-                            ["parameter 'llm' backend must be one of openai, hf, replay, got 'nonsense'"]),
+                            ["parameter 'llm' backend must be one of local, openai, hf, replay, got 'nonsense'"]),
 }
 
 
