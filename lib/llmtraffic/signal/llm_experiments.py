@@ -17,6 +17,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..rl.llm_ppo import PPOConfig
 from .controls import GREEDY_BEFORE, MAX_QUEUE, RANDOM_REWARD, greedy, heuristic_evaluation, random_reward_oracle
 from .llm_jobs import after_of, evaluate_backbone, finetune_unique, pool
 
@@ -109,3 +110,30 @@ def control_rows(spec: dict, agent_seeds: Sequence[int], episode_s: int, executo
 def training_curves(row: Row, key: str = "queue") -> list[list[float]]:
     """``key`` of each training episode, one list per agent seed (Fig. 8 as curves over episodes)."""
     return [[e[key] for e in r["training"]] for r in row.results if "training" in r]
+
+
+def real_setting(run: dict) -> str:
+    """What a real-backbone row ran, for its label: ``run`` holds ``episodes``, ``episode_s``,
+    ``update_every_s``, ``buffer_s`` and the ``ppo`` overrides (the rest is :class:`PPOConfig`'s)."""
+    cfg = PPOConfig(**run["ppo"])
+    stop = f", answers stopped at {cfg.stop_text}" if cfg.stop_text else ""
+    lora = f"LoRA on the top {cfg.lora_layers} layers" if cfg.lora_layers else "LoRA on every layer"
+    return (f"{run['episodes']} PPO episode(s) of {run['episode_s']} s (paper: 3600 s), an update every "
+            f"{run['update_every_s']} s on the last {run['buffer_s']} s, {cfg.prompt} prompt with "
+            f"{cfg.prompt_history} past decision(s), {cfg.max_new_tokens} new tokens{stop}, {lora}, fp32 base")
+
+
+def real_oracle(run: dict, invalid_penalty: float, reward: dict) -> dict:
+    """The fine-tune settings (``oracle`` of a spec) of a real-backbone row from its ``run`` settings."""
+    keys = ("episodes", "episode_s", "update_every_s", "buffer_s", "checkpoint_every_s")
+    return {**{k: run[k] for k in keys}, "invalid_penalty": invalid_penalty, "reward": reward}
+
+
+def rewordings(evaluation: dict) -> str:
+    """Distinct wordings of valid answers beyond one per phase, summed over the agreement probes,
+    and in how many probes they occur ("—" without probes)."""
+    probes = evaluation.get("agreement") or []
+    if not probes:
+        return "—"
+    counts = [a.get("rewordings", 0) for a in probes]
+    return f"{sum(counts)} in {sum(c > 0 for c in counts)}/{len(probes)} probes"
