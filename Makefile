@@ -9,6 +9,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PROFILE ?= quick
+# started first (the rest follow in name order): at quick these bound the wall time, their real-LLM rows running longest
+FIRST ?= tsc_main bus_llm_methods tsc_reward_ablation bus_case1 bus_ablation
 STAMP := $(VENV)/.installed
 
 .PHONY: study test lab data bench venv clean-runs
@@ -24,7 +26,7 @@ $(STAMP): pyproject.toml requirements-models.txt lib/llmtraffic/signal/backends/
 venv: $(STAMP)
 
 study: $(STAMP)
-	$(PY) -m llmtraffic.study run --profile $(PROFILE) $(ARGS)
+	$(PY) -m llmtraffic.study run --profile $(PROFILE) --first $(FIRST) $(ARGS)
 
 # The tests read ../shared/data when it lies beside the checkout (tests/conftest.py): fetch into the same place.
 test: export LLMTRAFFIC_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data))

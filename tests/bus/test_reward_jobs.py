@@ -208,3 +208,17 @@ def test_llm_direct_rows_count_decisions_failures_and_cost(monkeypatch):
     assert garbled["failures"] == garbled["decisions"] > 0
     assert garbled["travel_time_s"] == evaluate(scenarios.case1(), None, 4, 1800.0)["travel_time_s"]
     assert jobs.direct_run(llm=None, eval_seeds=[4]).unavailable == jobs.NEEDS_LLM
+
+
+def test_llm_seeds_choose_the_llm_loops_and_must_be_among_the_agent_seeds(monkeypatch):
+    grids = []
+    monkeypatch.setattr(jobs.study, "run_grid", lambda fn, tasks, **kw: grids.append((fn, list(tasks))) or [])
+    jobs.variant_grid(["paradigm", "cold"], [0, 1, 2], {"backend": "local"}, RUN, llm_seeds=[2])
+    search, llm, refs = grids
+    assert [(t["variant"], t["seed"]) for t in search[1]] == [("paradigm", 0), ("paradigm", 1), ("paradigm", 2),
+                                                             ("cold", 0), ("cold", 1), ("cold", 2)]
+    assert [(t["designer"], t["variant"], t["seed"]) for t in llm[1]] == [("llm", "paradigm", 2), ("llm", "cold", 2)]
+    assert [t["seed"] for t in refs[1]] == [0, 1, 2]
+    for bad in ([3], []):
+        with pytest.raises(ValueError, match="llm_seeds .* must be a non-empty subset of agent_seeds"):
+            jobs.variant_grid(["paradigm"], [0, 1, 2], None, RUN, llm_seeds=bad)

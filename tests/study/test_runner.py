@@ -4,6 +4,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from llmtraffic.study import runner
 from llmtraffic.study.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -99,3 +100,10 @@ def test_timeout_kill_names_the_notebook_and_the_limit(outdirs, tmp_path):
     [outcome] = runner.run("smoke", tmp_path / "nbs", tmp_path / "params", quiet=True, timeout_s=4)
     assert not outcome.ok and outcome.seconds < 60
     assert outcome.error.startswith("slow: killed by the timeout after 4 s (--timeout 4)")
+
+
+def test_prioritise_moves_matching_notebooks_first_in_pattern_order():
+    names = [Path(f"{n}.ipynb") for n in ("bus_a", "bus_b", "tsc_main", "tsc_x")]
+    assert [p.stem for p in runner.prioritise(names, ["tsc_main", "bus_b"])] == ["tsc_main", "bus_b", "bus_a", "tsc_x"]
+    assert [p.stem for p in runner.prioritise(names, ["tsc_*"])] == ["tsc_main", "tsc_x", "bus_a", "bus_b"]
+    assert runner.prioritise(names, None) == names

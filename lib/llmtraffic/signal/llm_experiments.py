@@ -17,6 +17,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .. import study
 from ..rl.llm_ppo import PPOConfig
 from .controls import GREEDY_BEFORE, MAX_QUEUE, RANDOM_REWARD, greedy, heuristic_evaluation, random_reward_oracle
 from .llm_jobs import after_of, evaluate_backbone, finetune_unique, pool
@@ -85,6 +86,15 @@ def before_row(name: str, backbone: str, scenario: str, eval_seeds: Sequence[int
                ppo: dict | None = None, surrogate: dict | None = None) -> Row:
     """The backbone before fine-tuning at its own decoding settings."""
     return Row(name, evaluate_backbone(backbone, scenario, eval_seeds, episode_s, ppo, surrogate))
+
+
+def before_rows(specs: Sequence[tuple[str, dict]], executor: str = "serial", jobs: int | None = None) -> list[Row]:
+    """Rows of backbones before fine-tuning, run in one grid: each ``(name, spec)`` names a row and
+    gives its :func:`~llmtraffic.signal.llm_jobs.evaluate_backbone` keyword arguments (a real
+    backbone's episodes cost minutes each, so the rows run in parallel where ``executor`` allows)."""
+    found = study.run_grid(evaluate_backbone, [spec for _, spec in specs], executor=executor, jobs=jobs,
+                           desc="backbones before fine-tuning")
+    return [Row(name, evaluation) for (name, _), evaluation in zip(specs, found)]
 
 
 def control_specs(spec: dict) -> dict[str, dict]:

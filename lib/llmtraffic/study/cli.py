@@ -42,7 +42,7 @@ def _run(args) -> int:
     try:
         outcomes = runner.run(
             args.profile, args.notebooks, args.params, args.only, merge_settings(args.params_file, args.set),
-            args.jobs, args.fail_fast, args.fresh, timeout_s=args.timeout,
+            args.jobs, args.fail_fast, args.fresh, timeout_s=args.timeout, first=args.first,
         )
     except ParamError as err:
         print(f"error: {err}\nNothing was executed.", file=sys.stderr)
@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--profile", default=DEFAULT_PROFILE, help=f"one of {', '.join(PROFILES)} (default {DEFAULT_PROFILE})")
     # action="extend": a repeated flag adds to the earlier ones instead of replacing them
     run.add_argument("--only", nargs="+", action="extend", metavar="GLOB", help="run only notebooks whose stem matches")
+    run.add_argument("--first", nargs="+", action="extend", metavar="GLOB",
+                     help="start notebooks whose stem matches first, in this order (the longest ones bound the wall time)")
     run.add_argument("--jobs", type=int, default=runner.DEFAULT_JOBS,
                      help=f"notebooks run at once (default {runner.DEFAULT_JOBS}: this machine's cores, at most 4)")
     run.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",

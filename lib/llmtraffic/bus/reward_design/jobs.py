@@ -257,14 +257,21 @@ def direct_cost(run: DirectRun) -> dict:
 
 def variant_grid(variants_: list[str], agent_seeds: list[int], llm: dict | None, common: dict,
                  executor: str = "serial", jobs: int = 1, llm_iterations: int | None = None,
-                 **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
+                 llm_seeds: list[int] | None = None, **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
     """Every variant × agent seed with the search designer (through ``executor``), then with the LLM
     (serially: one client, one cassette; rows that say why without ``llm``), and the references.
-    ``llm_iterations`` (default ``common["iterations"]``): the LLM loops' iterations, fewer where
-    each request costs minutes of CPU."""
+    ``llm_iterations`` (default ``common["iterations"]``) and ``llm_seeds`` (default
+    ``agent_seeds``): the LLM loops' iterations and agent seeds, fewer where each request costs
+    minutes of CPU."""
+    llm_seeds = agent_seeds if llm_seeds is None else llm_seeds
+    if not llm_seeds or not set(llm_seeds) <= set(agent_seeds):
+        raise ValueError(f"llm_seeds {llm_seeds} must be a non-empty subset of agent_seeds {agent_seeds} (the references run on those)")
+
     def tasks(designer: str) -> list[dict]:
-        mine = {**common, "iterations": llm_iterations} if designer == LLM_DESIGNER and llm_iterations else common
-        return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **mine) for v in variants_ for s in agent_seeds]
+        llm_loop = designer == LLM_DESIGNER
+        mine = {**common, "iterations": llm_iterations} if llm_loop and llm_iterations else common
+        return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **mine)
+                for v in variants_ for s in (llm_seeds if llm_loop else agent_seeds)]
 
     found = study.run_grid(design_run, tasks(SEARCH), executor=executor, jobs=jobs, desc="search-designer loops")
     found += study.run_grid(design_run, tasks(LLM_DESIGNER), desc="LLM loops")
