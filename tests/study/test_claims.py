@@ -76,3 +76,23 @@ def test_changed_verdicts_are_listed_with_counts_per_paper():
         ("gone", "not run", "absent"), ("new", "absent", "reproduced")]
     text = claims.changed_text(diff)
     assert "| bus | before | 1 | 1 | 0 | 0 | 0 |" in text and "- `a` (bus): reproduced → inconclusive" in text
+
+
+@pytest.mark.parametrize(("claim", "expected"), [
+    ({"statement": "fine-tuning lowers the queue (paper: Qwen3-0.6B; ours: SmolLM2-135M-Instruct, 200-s episodes)"},
+     ("real LLM", "SmolLM2-135M-Instruct")),
+    ({"statement": "fine-tuning lowers the queue (paper: Qwen3-0.6B; ours: surrogate-tiny)"}, ("stand-in", "surrogate-tiny")),
+    ({"statement": "an intermediate hurdle helps", "_params": {"backbones": ["surrogate-tiny"]}}, ("stand-in", "surrogate-tiny")),
+    ({"statement": "MaxPressure beats FixedTime", "_params": {}}, ("no LLM", "")),
+    ({"statement": "x", "note": "App. B reward (the paper's final LLM reward) stands in"}, ("stand-in", "App. B reward")),
+    ({"statement": "x", "extra": {"producer": "cold start · Qwen2.5-Coder-1.5B-Instruct (paper: GPT-4) vs "
+                                              "paradigm (ours) · search designer (no LLM)"}},
+     ("real LLM", "Qwen2.5-Coder-1.5B-Instruct")),
+    ({"statement": "x", "extra": {"producer": "paradigm (ours) · search designer (no LLM) vs no holding"}},
+     ("stand-in", "search designer (no LLM)")),
+    ({"statement": "x", "extra": {"producer": "paradigm (ours) · gpt-4o (paper: GPT-4) vs no holding"}},
+     ("real LLM", "paradigm (ours) · gpt-4o (paper: GPT-4) vs no holding")),
+    ({"statement": "x (ours: SmolLM2-135M-Instruct)", "verdict": "not run"}, ("not tested", "")),
+])
+def test_producer_says_what_a_claim_was_tested_with(claim, expected):
+    assert claims.producer({"verdict": "inconclusive", **claim}) == expected

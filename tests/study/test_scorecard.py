@@ -53,14 +53,19 @@ def check(text: str, root: Path) -> list[str]:
     """Problems of the scorecard ``text`` whose links are relative to ``root`` (empty: none)."""
     problems = []
     for row in _rows(text):
-        if len(row) not in (7, 8):
-            problems.append(f"row with {len(row)} cells, not 8: {row}")
+        if len(row) not in (7, 8, 9):
+            problems.append(f"row with {len(row)} cells, not 9: {row}")
             continue
-        if len(row) == 8:  # with the minimum detectable effect and n's unit (issue 35)
+        made_by = ""
+        if len(row) == 9:  # with what the claim was tested with (issue 37)
+            where, what, made_by, paper, ours, _, verdict_cell, _, source = row
+        elif len(row) == 8:  # with the minimum detectable effect and n's unit (issue 35)
             where, what, paper, ours, _, verdict_cell, _, source = row
         else:
             where, what, paper, ours, verdict_cell, _, source = row
         name = f"{where} {what[:40]!r}"
+        if len(row) == 9 and not re.match(rf"^({'|'.join(map(re.escape, claims.KINDS))})(: \S|$)", made_by):
+            problems.append(f"{name}: not said what it was tested with ({made_by!r})")
         verdict = VERDICT.match(verdict_cell)
         if not verdict:
             problems.append(f"{name}: no verdict ({verdict_cell!r})")
@@ -79,7 +84,7 @@ def check(text: str, root: Path) -> list[str]:
         if not number or (number["low"] is None) != bool(number["tail"]):
             problems.append(f"{name}: no estimate with CI and n ({ours!r})")
             continue
-        if len(row) == 8 and not UNIT.match(number["n"]):
+        if len(row) >= 8 and not UNIT.match(number["n"]):
             problems.append(f"{name}: n without its unit ({number['n']!r})")
         if number["same"]:  # identical runs of a deterministic simulator: the difference is exact
             mean = float(number["mean"])
@@ -168,6 +173,7 @@ def test_rendered_scorecard_passes(card):
         ("[fx_plot/table1](fx_plot/table1.md)", "fx_plot/table1", "no link"),
         ("(fx_plot/table1.md)", "(fx_plot/table9.md)", "points at no file"),
         ("not run: needs an LLM backend", "not run: needs ", "without what it needs"),
+        ("| no LLM |", "| surrogate |", "not said what it was tested with"),
         ("-4 (n = 3 eval seeds, identical runs: no spread to estimate)", "4 (n = 3 eval seeds, identical runs: no spread to estimate)",
          "other side as the paper but the verdict is reproduced"),
     ],

@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..llm.models import MODELS
 from . import provenance
 from .atomic import atomic_write_text
 from .context import current
@@ -41,6 +42,43 @@ PAPERS = {
     "bus": "Yu, Wang, Ma — Large Language Model-Enhanced Reinforcement Learning for Generic Bus Holding Control Strategies",
     "tsc": "OracleTSC — Oracle-Informed Reward Hurdle and Uncertainty Regularization for Traffic Signal Control",
 }
+
+
+REAL_LLM, STAND_IN, NO_LLM, UNTESTED = "real LLM", "stand-in", "no LLM", "not tested"
+KINDS = (REAL_LLM, STAND_IN, NO_LLM, UNTESTED)
+STAND_INS = {
+    "surrogate-tiny": "a 2-layer model trained in-process on max-queue labels, for the LLM policy",
+    "search designer (no LLM)": "a seeded search over reward terms, for the LLM designer",
+    "App. B reward": "the paper's printed final reward, for the LLM-designed one",
+}
+"""What stands in for an LLM in a claim, by the name its rows' labels use."""
+
+
+def producer(c: dict) -> tuple[str, str]:
+    """What a recorded claim was tested with — a real LLM, only a stand-in (:data:`STAND_INS`), no
+    LLM at all, or nothing (not run) — and the names. The names come from ``extra["producer"]``
+    where the notebook gave one (the rows compared), else from the claim's text and its notebook's
+    ``backbone`` or ``backbones`` parameter; a real LLM is a packaged model (:data:`~llmtraffic.llm.models.MODELS`)
+    by its title, or any other name a notebook gives as producer (an endpoint's model)."""
+    if c.get("verdict") == NOT_RUN:
+        return UNTESTED, ""
+    given = (c.get("extra") or {}).get("producer")
+    text = given if given is not None else " ".join(str(c.get(k) or "") for k in ("statement", "quantity", "note", "finding"))
+    real = [m.title for m in MODELS.values() if m.title in text]
+    stand = [name for name in STAND_INS if name in text]
+    if not (given is not None or real or stand):
+        params = c.get("_params") or {}
+        stand = [b for b in dict.fromkeys([params.get("backbone"), *(params.get("backbones") or [])]) if b in STAND_INS]
+    if real:
+        return REAL_LLM, ", ".join(real)
+    if stand:
+        return STAND_IN, ", ".join(stand)
+    return (REAL_LLM, given) if given and "LLM designer" not in given else (NO_LLM, "")
+
+
+def producer_text(c: dict) -> str:
+    kind, names = producer(c)
+    return f"{kind}: {names}" if names else kind
 
 
 @dataclass
@@ -163,6 +201,7 @@ def load(root: Path | None = None) -> list[dict]:
             continue
         for c in payload.get("claims", []):
             c["_label"] = payload.get("label", "")
+            c["_params"] = payload.get("params") or {}
             c["_commit"] = (payload.get("git") or {}).get("commit") or "unknown"
             found.append(c)
     return found
@@ -232,19 +271,27 @@ def render(root: Path | None = None) -> str:
         mine = [c for c in claims if c["paper"] == key]
         counts = [sum(c["verdict"] == v for c in mine) for v in VERDICTS]
         lines.append(f"| {key} | {len(mine)} | " + " | ".join(map(str, counts)) + " |")
+    lines += ["", "What each claim was tested with: a real pretrained LLM, only a stand-in for one ("
+              + "; ".join(f"{name}: {what}" for name, what in STAND_INS.items())
+              + "), no LLM at all (baselines, simulators), or nothing (not run).",
+              "", "| paper | " + " | ".join(KINDS) + " |", "|---|" + "---|" * len(KINDS)]
+    for key in PAPERS:
+        mine = [producer(c)[0] for c in claims if c["paper"] == key]
+        lines.append(f"| {key} | " + " | ".join(str(mine.count(k)) for k in KINDS) + " |")
     lines.append("")
     for key, title in PAPERS.items():
         mine = [c for c in claims if c["paper"] == key]
         if not mine:
             continue
         lines += [f"## {title}", ""]
-        lines += ["| where | claim | paper | ours | MDE | verdict | quantity | source |", "|---|---|---|---|---|---|---|---|"]
+        lines += ["| where | claim | backbone or designer | paper | ours | MDE | verdict | quantity | source |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for c in sorted(mine, key=lambda c: (c["where"], c["id"])):
             link = c["link"]
             target = link_target(link, root)
             note = f" — {c['note']}" if c.get("note") else ""
             cells = [
-                c["where"], f"`{c['id']}`: {c['statement']}{note}", _fmt(c.get("paper_value")), _ours(c),
+                c["where"], f"`{c['id']}`: {c['statement']}{note}", producer_text(c), _fmt(c.get("paper_value")), _ours(c),
                 minimum_effect(c), f"**{c['verdict']}**", c["quantity"], f"[{link}]({target}) · {c['_label']} · `{c['_commit'][:10]}`",
             ]
             lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")

@@ -46,7 +46,11 @@ def render(root: Path | None = None) -> str:
         if not mine:
             continue
         counts = ", ".join(f"{sum(c['verdict'] == v for c in mine)} {v}" for v in _claims.VERDICTS)
-        lines += [f"**{title}** — {len(mine)} claims: {counts}.", ""]
+        kinds = [_claims.producer(c)[0] for c in mine]
+        tested = (f"{kinds.count(_claims.REAL_LLM)} tested with a real LLM, {kinds.count(_claims.STAND_IN)} only with a "
+                  f"stand-in ({', '.join(_claims.STAND_INS)}), {kinds.count(_claims.NO_LLM)} without an LLM, "
+                  f"{kinds.count(_claims.UNTESTED)} not run")
+        lines += [f"**{title}** — {len(mine)} claims: {counts}. Of them {tested}.", ""]
         for c in headlines(mine):
             lines.append(
                 f"- {c['where']}: {c['statement']} — paper {_claims._fmt(c.get('paper_value')) or 'n/a'}, "

@@ -186,6 +186,7 @@ def record_claim(frame: pd.DataFrame, missing: dict[str, str], label: str, refer
     result when either row's loops found no valid reward (the outcome becomes ``finding``)."""
     from ... import study
 
+    claim.setdefault("producer", f"{label} vs {reference}")  # the rows name their designers (the scorecard's column)
     why = missing.get(label) or missing.get(reference)
     if why and why.startswith(NO_VALID):
         return study.claim(paper="bus", finding=why, **claim)
