@@ -59,11 +59,8 @@ class LocalConfig:
 
     model: str
     """A registry name (``qwen2.5-coder-1.5b``, ``smollm2-135m``) or a path to a ``.gguf`` file."""
-    threads: int = 1
-    """CPU threads of the server (``--n_threads`` and ``--n_threads_batch``). One, because the study
-    shares the cores with its notebooks: beside them, a 390-token prompt and 96-token answer of
-    Qwen2.5-Coder-1.5B took 45.7 s with one thread and 536.7 s with two on 2 cores (llama.cpp's
-    threads wait on each other when the CPU is oversubscribed); on an idle many-core machine raise it."""
+    threads: int = 2
+    """CPU threads of the server (``--n_threads`` and ``--n_threads_batch``)."""
     n_ctx: int = 8192
     """Context window in tokens: the longest designer prompt plus ``max_tokens`` must fit."""
     seed: int = 0
