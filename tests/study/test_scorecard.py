@@ -49,6 +49,17 @@ def _direction(root: Path, notebook: str, claim_id: str) -> int | None:
     return found[0]["direction"] if found else None
 
 
+def _before_units(root: Path, source: str, what: str) -> bool:
+    """Whether the claim was recorded before n named its unit (its estimate has no ``of``): a
+    notebook not regenerated since issue 35."""
+    link, claim_id = LINK.search(source), re.match(r"^`([^`]+)`", what)
+    if not (link and claim_id):
+        return False
+    path = root / link.group(1).split("/")[0] / "claims.json"
+    found = [c for c in json.loads(path.read_text())["claims"] if c["id"] == claim_id.group(1)] if path.exists() else []
+    return bool(found) and bool(found[0].get("ours")) and "of" not in found[0]["ours"]
+
+
 def check(text: str, root: Path) -> list[str]:
     """Problems of the scorecard ``text`` whose links are relative to ``root`` (empty: none)."""
     problems = []
@@ -80,11 +91,15 @@ def check(text: str, root: Path) -> list[str]:
             if not re.match(r"^not run: needs \S", ours):
                 problems.append(f"{name}: 'not run' without what it needs ({ours!r})")
             continue
+        if verdict == claims.NO_RESULT:  # it ran; what it found instead of an estimate
+            if not ours or OURS.match(ours):
+                problems.append(f"{name}: 'no result' without what the run found ({ours!r})")
+            continue
         number = OURS.match(ours)
         if not number or (number["low"] is None) != bool(number["tail"]):
             problems.append(f"{name}: no estimate with CI and n ({ours!r})")
             continue
-        if len(row) >= 8 and not UNIT.match(number["n"]):
+        if len(row) >= 8 and not UNIT.match(number["n"]) and not _before_units(root, source, what):
             problems.append(f"{name}: n without its unit ({number['n']!r})")
         if number["same"]:  # identical runs of a deterministic simulator: the difference is exact
             mean = float(number["mean"])
