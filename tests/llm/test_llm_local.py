@@ -95,7 +95,8 @@ def test_a_server_killed_mid_run_gives_a_clear_error_and_the_cassette_keeps_what
 
 
 CHILD = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job inherits SIGINT ignored
 from llmtraffic.llm import from_config
 llm = from_config({"backend": "local", "model": "smollm2-135m", "n_ctx": 1024, "threads": 1})
 llm.complete([{"role": "user", "content": "Hi"}], max_tokens=4, seed=0)
