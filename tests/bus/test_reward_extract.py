@@ -42,3 +42,15 @@ def test_bare_code_that_never_parses_is_returned_for_validation_to_reject():
 
 def test_no_code_gives_an_empty_program():
     assert extract_code("I cannot help with that.") == ""
+
+
+def test_an_example_run_after_the_function_is_dropped():
+    example = ("\n# Example usage:\ncurrent_state = np.array([1, 2, 3, 4, 5, 0])\naction = 1\n"
+               "next_state = np.array([0, 0, 0, 0, 5, 90])\nprint(reward(current_state, action, next_state))\n"
+               "if __name__ == \"__main__\":\n    reward(current_state, action, next_state)\n")
+    assert extract_code(f"```python\n{REWARD}{example}```") == REWARD + "\n# Example usage:\n"
+
+
+def test_constants_helpers_and_a_docstring_stay():
+    code = f'"""Headway reward."""\nSCALE = 2.0\n\ndef helper(x):\n    return x\n\n{REWARD}'
+    assert extract_code(f"```python\n{code}```") == code

@@ -73,7 +73,7 @@ def producer(c: dict) -> tuple[str, str]:
         return REAL_LLM, ", ".join(real)
     if stand:
         return STAND_IN, ", ".join(stand)
-    return (REAL_LLM, given) if given and "LLM designer" not in given else (NO_LLM, "")
+    return (REAL_LLM, given) if given else (NO_LLM, "")
 
 
 def producer_text(c: dict) -> str:
