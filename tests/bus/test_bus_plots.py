@@ -94,3 +94,43 @@ def test_loop_history_has_integer_iteration_ticks():
     ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
     plt.close(fig)
     assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+class _Loop:  # the part of an Outcome that the iteration plots read
+    def __init__(self, times, accepted, failure=""):
+        import pandas as pd
+
+        self.failure = failure
+        self._df = pd.DataFrame({"iteration": range(len(times)), "valid": [t is not None for t in times],
+                                 "accepted": accepted, "travel_time_s": [np.nan if t is None else t for t in times]})
+
+    def history(self):
+        return self._df
+
+
+def test_loops_that_tested_the_same_candidates_are_named_as_coinciding():
+    from llmtraffic.bus.reward_design.plots import coincidence_note, coinciding
+
+    full = _Loop([1618.0, 1538.0, 1396.0, 1714.0], [True, True, True, False])
+    no_refiner = _Loop([1618.0, 1538.0, 1396.0, 1714.0], [True, True, True, True])
+    cold = _Loop([1327.0, 1393.0, 1336.0, 1343.0], [True] * 4)
+    pairs = coinciding({"paradigm": full, "without refiner": no_refiner, "cold start": cold})
+    assert pairs == [("paradigm", "without refiner")]
+    assert coincidence_note([]) == ""
+    assert "paradigm and without refiner (search) tested the same candidates" in coincidence_note(
+        ["paradigm and without refiner (search)"])
+
+
+def test_a_panel_with_nothing_to_draw_states_why_without_axes():
+    from llmtraffic.bus.reward_design.plots import iteration_panels
+
+    fig, axes = plt.subplots(1, 3)
+    failed = _Loop([None, None], [False, False], failure="no valid reward in 2 tries")
+    overlaps = iteration_panels(axes, {"unavailable": "not run: needs an LLM backend",
+                                       "LLM": {"paradigm": failed},
+                                       "search": {"paradigm": _Loop([1500.0], [True])}}, {"no holding": 1320.0})
+    texts = [[t.get_text() for t in ax.texts] for ax in axes]
+    shown = [ax.axison for ax in axes]
+    plt.close(fig)
+    assert texts[0] == ["not run: needs an LLM backend"] and "no valid reward in 2 tries" in texts[1][0]
+    assert shown == [False, False, True] and overlaps == []

@@ -7,6 +7,28 @@ from .loop import Outcome
 REFERENCE_STYLES = {"no holding": ":", "feedback control": "--", "expert RL (RL-local)": "-."}
 
 
+def trained(outcome: Outcome):
+    """The candidates of ``outcome`` that trained and were tested (what :func:`plot_history` draws)."""
+    df = outcome.history()
+    return df[df["valid"] & df["travel_time_s"].notna()] if "travel_time_s" in df else df.iloc[0:0]
+
+
+def coinciding(outcomes: dict[str, Outcome]) -> list[tuple[str, str]]:
+    """Pairs of labels whose loops tested the same travel times at the same iterations, so that in
+    :func:`plot_history` one line hides the other (only what each kept can differ)."""
+    points = {label: sorted(zip(trained(o)["iteration"], trained(o)["travel_time_s"].round(6)))
+              for label, o in outcomes.items()}
+    labels = [label for label, p in points.items() if p]
+    return [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:] if points[a] == points[b]]
+
+
+def no_panel(ax, reason: str):
+    """A panel with nothing to draw: its reason in words, without empty axes."""
+    ax.text(0.5, 0.5, reason, ha="center", va="center", transform=ax.transAxes, wrap=True, fontsize=8)
+    ax.set_axis_off()
+    return ax
+
+
 def plot_history(outcome: Outcome, ax=None, label: str | None = None):
     """Test travel time per iteration: accepted candidates as dots joined by a line, rejected or
     not-kept ones as crosses."""
@@ -14,8 +36,7 @@ def plot_history(outcome: Outcome, ax=None, label: str | None = None):
     from matplotlib.ticker import MaxNLocator
 
     ax = ax or plt.gca()
-    df = outcome.history()
-    df = df[df["valid"] & df["travel_time_s"].notna()] if "travel_time_s" in df else df.iloc[0:0]
+    df = trained(outcome)
     acc, rej = df[df["accepted"]], df[~df["accepted"]]
     line = ax.plot(acc["iteration"], acc["travel_time_s"], "o-", label=label or "accepted")[0]
     ax.plot(rej["iteration"], rej["travel_time_s"], "x", color=line.get_color(), markersize=8,
@@ -40,15 +61,14 @@ def plot_trajectory(outcome: Outcome, ax=None, label: str = "loop"):
     (crosses), and the answers that never trained (invalid code) as a count under each iteration.
     A loop without a valid starting reward is drawn as its outcome in words."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     ax = ax or plt.gca()
     df = outcome.history()
     if not outcome.ok:
-        ax.text(0.5, 0.5, f"{label}:\n{outcome.failure}", ha="center", va="center", transform=ax.transAxes, wrap=True,
-                fontsize=8)
-        return ax
-    trained = df[df["valid"] & df["travel_time_s"].notna()]
-    acc, rej = trained[trained["accepted"]], trained[~trained["accepted"]]
+        return no_panel(ax, f"{label}:\n{outcome.failure}")
+    tested = trained(outcome)
+    acc, rej = tested[tested["accepted"]], tested[~tested["accepted"]]
     iterations = range(int(df["iteration"].max()) + 1)
     best = acc.groupby("iteration")["travel_time_s"].min().reindex(iterations).cummin().ffill()
     line = ax.step(list(iterations), best.to_numpy(), where="post", label=f"{label}: best so far")[0]
@@ -59,6 +79,35 @@ def plot_trajectory(outcome: Outcome, ax=None, label: str = "loop"):
         ax.annotate(f"{n} invalid", (i, 0), xycoords=("data", "axes fraction"), textcoords="offset points",
                     xytext=(0, 4), ha="center", fontsize=7, color=line.get_color())
     ax.set_xlabel("iteration")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are counts
     ax.set_ylabel("test average travel time on the design seeds (s)")
     ax.grid(alpha=0.3)
     return ax
+
+
+def iteration_panels(axes, panels: dict[str, str | dict[str, Outcome]], references: dict[str, float]) -> list[str]:
+    """One panel per designer (``panels``: its reason for nothing to draw, or its rows' outcomes by
+    name) with :func:`plot_history` of every row and the references; returns the rows that
+    coincide, as ``"a and b (designer)"``, for the caption (:func:`coincidence_note`)."""
+    overlaps = []
+    for ax, (designer, rows) in zip(axes, panels.items(), strict=True):
+        ax.set_title(designer)
+        if isinstance(rows, str) or not any(len(trained(o)) for o in rows.values()):
+            no_panel(ax, rows if isinstance(rows, str) else "no row trained a reward:\n" + "\n".join(
+                f"{name}: {o.failure or 'no valid candidate'}" for name, o in rows.items()))
+            continue
+        for name, outcome in rows.items():
+            plot_history(outcome, ax=ax, label=name)
+        reference_lines(ax, references)
+        ax.legend(fontsize="small", ncol=2)
+        overlaps += [f"{a} and {b} ({designer})" for a, b in coinciding(rows)]
+    return overlaps
+
+
+def coincidence_note(overlaps: list[str]) -> str:
+    """Caption text for rows drawn on top of each other ('' when none are)."""
+    if not overlaps:
+        return ""
+    return (f"; {', '.join(overlaps)} tested the same candidates at every iteration (one designer seed proposes the "
+            "same rewards while the loops keep the same ones), so one line hides the other; crosses mark what a "
+            "loop did not keep")
