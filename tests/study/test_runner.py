@@ -86,20 +86,69 @@ def test_merged_settings_reach_the_notebook_its_log_and_its_sidecars(outdirs, tm
     assert "[fx_plot] settings that differ from profile smoke: n=4, label='x', scale=3.0" in captured.out + captured.err
 
 
-def test_timeout_kill_names_the_notebook_and_the_limit(outdirs, tmp_path):
+def _slow_notebook(folder: Path, pid_file: Path) -> None:
+    """A notebook that starts a grandchild process (as a kernel starts workers or an LLM server),
+    writes its pid, then sleeps."""
     import nbformat
-
-    from llmtraffic.study import runner
 
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("wait_s = 120")
     cell.metadata["tags"] = ["parameters"]
-    nb.cells = [cell, nbformat.v4.new_code_cell("import time\ntime.sleep(wait_s)")]
-    (tmp_path / "nbs").mkdir()
-    nbformat.write(nb, tmp_path / "nbs" / "slow.ipynb")
-    [outcome] = runner.run("smoke", tmp_path / "nbs", tmp_path / "params", quiet=True, timeout_s=4)
+    nb.cells = [cell, nbformat.v4.new_code_cell(
+        "import subprocess, time\n"
+        f"child = subprocess.Popen(['sleep', '300'])\nopen({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(wait_s)")]
+    folder.mkdir()
+    nbformat.write(nb, folder / "slow.ipynb")
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    import os
+    import time
+
+    end = time.time() + within_s
+    while time.time() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_timeout_kill_names_the_notebook_and_the_limit_and_leaves_no_process(outdirs, tmp_path):
+    from llmtraffic.study import runner
+
+    _slow_notebook(tmp_path / "nbs", tmp_path / "pid")
+    [outcome] = runner.run("smoke", tmp_path / "nbs", tmp_path / "params", quiet=True, timeout_s=8)
     assert not outcome.ok and outcome.seconds < 60
-    assert outcome.error.startswith("slow: killed by the timeout after 4 s (--timeout 4)")
+    assert outcome.error.startswith("slow: killed by the timeout after 8 s (--timeout 8)")
+    assert _gone(int((tmp_path / "pid").read_text()), 10)  # the kernel's child went with papermill
+
+
+def test_a_terminated_run_stops_its_notebooks_and_their_children(outdirs, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    _slow_notebook(tmp_path / "nbs", tmp_path / "pid")
+    cmd = [sys.executable, "-m", "llmtraffic.study", "--notebooks", str(tmp_path / "nbs"), "--params",
+           str(tmp_path / "params"), "run", "--profile", "smoke"]
+    proc = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.time() + 120
+        while not (tmp_path / "pid").exists() and time.time() < end and proc.poll() is None:
+            time.sleep(0.2)
+        assert (tmp_path / "pid").exists(), proc.stderr.read() if proc.poll() is not None else "notebook did not start"
+        child = int((tmp_path / "pid").read_text())
+        proc.send_signal(signal.SIGTERM)  # as a job scheduler stops a run
+        assert proc.wait(timeout=runner.GRACE_S + 30) != 0
+        assert _gone(child, 10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def test_prioritise_moves_matching_notebooks_first_in_pattern_order():

@@ -16,11 +16,13 @@ import fnmatch
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,9 @@ from .preflight import ResourceError, check_settings, resource_problems
 
 
 DEFAULT_JOBS = max(1, min(os.cpu_count() or 1, 4))
+GRACE_S = 30.0
+"""Seconds an interrupted notebook has to stop (its kernel stops its LLM server) before its
+processes are killed."""
 """Notebooks at once by default: every core (at most 4; each notebook may run a process pool of its own)."""
 
 
@@ -163,6 +168,83 @@ def failure_message(stem: str, executed: Path, fallback: str) -> str:
     return f"{stem}: {fallback}"
 
 
+RUNNING: set[subprocess.Popen] = set()
+"""The notebooks' papermill processes now running (each in a session of its own, so that only the
+runner passes an interrupt on)."""
+INTERRUPTED = threading.Event()
+"""Set by :func:`interrupt_all`: a notebook that starts after it is interrupted at once."""
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, parents first (from Linux's /proc). Jupyter starts a kernel in a
+    session of its own, and the kernel its workers and LLM server, so a process group misses them."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # exited meanwhile
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop(0))
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+def signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """Send ``sig`` to a notebook's papermill and every process under it (its kernel, the kernel's
+    workers and LLM server), so that a timeout or an interrupt leaves none of them running."""
+    for pid in process_tree(proc.pid):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def interrupt_all(grace_s: float = GRACE_S) -> Callable[[], None]:
+    """Interrupt every running notebook as Ctrl-C in a terminal would (SIGINT to its processes);
+    what is still alive after ``grace_s`` is killed, by a timer (in case a notebook never exits)
+    and by the returned ``reap``, which the runner calls before it exits (waiting at most until then)."""
+    INTERRUPTED.set()
+    procs = list(RUNNING)
+    seen = {pid for proc in procs for pid in process_tree(proc.pid)}
+    deadline = time.time() + grace_s
+    for proc in procs:
+        signal_group(proc, signal.SIGINT)
+
+    def kill_survivors() -> None:  # what ran at the interrupt, and what the live ones started since
+        for pid in seen | {pid for proc in procs if proc.poll() is None for pid in process_tree(proc.pid)}:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def reap() -> None:
+        while time.time() < deadline and any(_alive(pid) for pid in seen):
+            time.sleep(0.2)
+        kill_survivors()
+
+    timer = threading.Timer(grace_s, kill_survivors)
+    timer.daemon = True
+    timer.start()
+    return reap
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
 def execute(
     p: Plan, profile: str, out_dir: Path, echo=None, timeout_s: float | None = None, fresh: bool = False,
     params_dir: Path = ROOT / "params",
@@ -192,12 +274,16 @@ def execute(
     log = [settings_line(p, profile)]
     if echo:
         echo(f"[{p.stem}] {log[0]}")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            start_new_session=True)  # interrupted by the runner only (interrupt_all)
+    RUNNING.add(proc)
+    if INTERRUPTED.is_set():  # started while the run was being interrupted
+        signal_group(proc, signal.SIGINT)
     timed_out = threading.Event()
 
     def kill() -> None:
         timed_out.set()
-        proc.kill()
+        signal_group(proc, signal.SIGKILL)
 
     timer = threading.Timer(timeout_s, kill) if timeout_s else None
     if timer:
@@ -210,6 +296,7 @@ def execute(
                 echo(f"[{p.stem}] {line}")
         proc.wait()
     finally:
+        RUNNING.discard(proc)
         if timer:
             timer.cancel()
         os.unlink(params_file)
@@ -347,8 +434,25 @@ def run(
             stop.set()
         return outcome
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        outcomes = [o for o in pool.map(one, runnable) if o is not None]
+    # The notebooks run in their own sessions: the runner passes an interrupt on (Ctrl-C, or a
+    # SIGTERM from a job scheduler), so that no kernel, worker or LLM server outlives the run.
+    main = threading.current_thread() is threading.main_thread()
+    on_term = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
+    INTERRUPTED.clear()
+    reap = None
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            try:
+                outcomes = [o for o in pool.map(one, runnable) if o is not None]
+            except KeyboardInterrupt:
+                stop.set()
+                reap = interrupt_all()
+                raise
+    finally:
+        if reap is not None:
+            reap()
+        if main:
+            signal.signal(signal.SIGTERM, on_term if on_term is not None else signal.SIG_DFL)
     bar.close()
     record_run(profile, outcomes, time.time() - started, only, started, _children_cpu_s() - cpu_before, speed, skipped)
     gallery.write()  # after every prune_stale: the gallery and scorecard list only what is left
