@@ -146,10 +146,16 @@ def test_trained_against_fixed_uses_the_trained_runs_as_units():
     assert both_fixed.of == "3 eval seeds" and both_fixed.mean == pytest.approx(-1.0)
 
 
-def test_partly_shared_seeds_and_missing_episodes_are_refused():
+def test_partly_shared_seeds_pair_on_the_shared_ones_and_say_which_were_left_out():
+    a = _nested([1.0, 2.0, 7.0], [0.0])  # seeds 0, 1, 2
+    b = _nested([0.5, 1.0], [0.0], agent_seeds=[1, 2])  # seed 2's partner scored 7.0: a − b = 1.5 and 6.0
+    d = stats.compare(a, b, "x")
+    assert d.runs == pytest.approx((1.5, 6.0)) and d.n == 2
+    assert d.of == "2 agents (paired on the shared training seeds; unpaired left out: 0)"
+
+
+def test_missing_episodes_are_refused():
     a = _nested([1.0, 2.0], [0.0])
-    with pytest.raises(ValueError, match="share only some"):
-        stats.compare(a, _nested([1.0, 2.0], [0.0], agent_seeds=[1, 2]), "x")
     with pytest.raises(ValueError, match="not run on the same"):
         stats.compare(a, _nested([1.0, 2.0], [0.0, 0.0]), "x")
     with pytest.raises(ValueError, match="lacks eval seed"):

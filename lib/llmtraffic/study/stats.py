@@ -15,7 +15,8 @@ Method (used by every table and claim):
   sample standard deviation ``s`` (ddof = 1). With n = 1 there is no interval (bounds NaN) and the
   verdict is "inconclusive (n = 1)".
 - **Paired difference** (:func:`compare`). Two trained methods that share training seeds pair by
-  training seed (per-run means over the same evaluation episodes); two fixed methods pair by
+  training seed (per-run means over the same evaluation episodes), on the seeds both have (a run
+  without its partner, such as a design loop that gave no agent, is left out and named in n); two fixed methods pair by
   evaluation seed; a trained method against a fixed one takes the trained method's runs as units
   (each agent's mean minus the fixed method's mean over the same evaluation seeds). Trained
   methods without shared seeds are compared unpaired (Welch's interval). ``relative=True``
@@ -288,12 +289,14 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, measure: str, relative: bool = Fal
         if seeds_a.isdisjoint(seeds_b):
             of = f"{unit_of(a, run, episode, noun)} vs {unit_of(b, run, episode, noun)}, unpaired"
             return unpaired_difference(per_run(a, measure, run), per_run(b, measure, run), relative, of)
-        if seeds_a != seeds_b:
-            raise ValueError(f"compare: {measure}: the runs share only some training seeds ({sorted(seeds_a)} vs "
-                             f"{sorted(seeds_b)}); pair on the shared ones or none")
+        shared = seeds_a & seeds_b  # a run without its partner (a loop that gave no agent) is left out, and said
+        of = unit_of(a[a[run].isin(shared)], run, episode, noun)
+        if shared != seeds_a or shared != seeds_b:
+            of += f" (paired on the shared training seeds; unpaired left out: {_seed_list(seeds_a ^ seeds_b)})"
+        a, b = a[a[run].isin(shared)], b[b[run].isin(shared)]
         joined = _joined(a, b, measure, [run, episode])
         diff = (joined[f"{measure}_a"] - joined[f"{measure}_b"]).groupby(joined[run]).mean()
-        return _relative(diff.to_numpy(), per_run(b, measure, run).mean(), relative, unit_of(a, run, episode, noun))
+        return _relative(diff.to_numpy(), per_run(b, measure, run).mean(), relative, of)
     if not ta and not tb:
         joined = _joined(a, b, measure, [episode])
         return paired_difference(joined[f"{measure}_a"], joined[f"{measure}_b"], relative, unit_of(a, run, episode))
@@ -318,6 +321,10 @@ def _joined(a: pd.DataFrame, b: pd.DataFrame, measure: str, keys: list[str]) -> 
         raise ValueError(f"compare: {measure}: the two methods were not run on the same {', '.join(keys)}; "
                          f"unpaired: {lost[keys].head(5).to_dict('records')}")
     return joined
+
+
+def _seed_list(seeds: set) -> str:
+    return ", ".join(str(int(s)) if float(s).is_integer() else str(s) for s in sorted(seeds))
 
 
 def _relative(diff: np.ndarray, reference: float, relative: bool, of: str) -> Estimate:
