@@ -2,6 +2,7 @@
 figures and runs in a temporary folder so tests never touch the committed figures/."""
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,21 @@ def smollm2(_isolated_outputs):
     torch.set_num_threads(1)
     yield gguf_weights.load("smollm2-135m")
     torch.set_num_threads(threads)
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    """Whether process ``pid`` (not necessarily a child of this process) has ended within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def gone():
+    """:func:`_gone`, for tests that check a process was stopped."""
+    return _gone

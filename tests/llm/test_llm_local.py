@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,6 @@ from llmtraffic.llm.local import LLMServerError, stop_all
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
 SMALL = {"backend": "local", "model": "smollm2-135m", "n_ctx": 1024, "threads": 1}
-
-
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    """Whether process ``pid`` (not a child of this process) has ended within ``within_s``."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _port_free(port: int) -> bool:
@@ -106,7 +93,7 @@ time.sleep(600)
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["interrupt", "terminate", "kill"])
-def test_stopping_the_study_leaves_no_server_process(runs, how):
+def test_stopping_the_study_leaves_no_server_process(runs, how, gone):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib"), "LLMTRAFFIC_RUNS": str(runs)}
     study = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
@@ -117,7 +104,7 @@ def test_stopping_the_study_leaves_no_server_process(runs, how):
         study.send_signal(how)
         study.wait(30)
         # SIGKILL leaves no chance to clean up: the server's watchdog sees its parent gone (within ~0.5 s)
-        assert _gone(pid, within_s=15), f"server {pid} still runs after the study got {how.name}"
+        assert gone(pid, within_s=15), f"server {pid} still runs after the study got {how.name}"
         assert _port_free(port)
     finally:
         study.kill()

@@ -73,24 +73,13 @@ def test_processes_reuse_their_workers_until_the_environment_changes(monkeypatch
     assert set(run_grid(worker_pid, tasks, executor="processes", jobs=2)).isdisjoint(first)
 
 
-def _gone(pid: int, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def test_an_interrupt_ends_a_worker_without_a_traceback(capfd):
+def test_an_interrupt_ends_a_worker_without_a_traceback(capfd, gone):
     """A notebook kernel's shutdown interrupts its whole process group, workers included: each
     worker used to print a KeyboardInterrupt traceback into the log of a run that succeeded."""
     pid = run_grid(worker_pid, [{"i": 0}], executor="processes", jobs=1)[0]
     capfd.readouterr()
     os.kill(pid, signal.SIGINT)
-    assert _gone(pid)
+    assert gone(pid)
     executor._drop_pool()  # the pool lost a worker: the next grid starts new ones
     assert "KeyboardInterrupt" not in capfd.readouterr().err
     assert run_grid(worker_pid, [{"i": 0}], executor="processes", jobs=1)[0] != pid

@@ -102,31 +102,17 @@ def _slow_notebook(folder: Path, pid_file: Path) -> None:
     nbformat.write(nb, folder / "slow.ipynb")
 
 
-def _gone(pid: int, within_s: float) -> bool:
-    import os
-    import time
-
-    end = time.time() + within_s
-    while time.time() < end:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def test_timeout_kill_names_the_notebook_and_the_limit_and_leaves_no_process(outdirs, tmp_path):
+def test_timeout_kill_names_the_notebook_and_the_limit_and_leaves_no_process(outdirs, tmp_path, gone):
     from llmtraffic.study import runner
 
     _slow_notebook(tmp_path / "nbs", tmp_path / "pid")
     [outcome] = runner.run("smoke", tmp_path / "nbs", tmp_path / "params", quiet=True, timeout_s=8)
     assert not outcome.ok and outcome.seconds < 60
     assert outcome.error.startswith("slow: killed by the timeout after 8 s (--timeout 8)")
-    assert _gone(int((tmp_path / "pid").read_text()), 10)  # the kernel's child went with papermill
+    assert gone(int((tmp_path / "pid").read_text()), 10)  # the kernel's child went with papermill
 
 
-def test_a_terminated_run_stops_its_notebooks_and_their_children(outdirs, tmp_path):
+def test_a_terminated_run_stops_its_notebooks_and_their_children(outdirs, tmp_path, gone):
     import os
     import signal
     import subprocess
@@ -145,7 +131,7 @@ def test_a_terminated_run_stops_its_notebooks_and_their_children(outdirs, tmp_pa
         child = int((tmp_path / "pid").read_text())
         proc.send_signal(signal.SIGTERM)  # as a job scheduler stops a run
         assert proc.wait(timeout=runner.GRACE_S + 30) != 0
-        assert _gone(child, 10)
+        assert gone(child, 10)
     finally:
         if proc.poll() is None:
             proc.kill()

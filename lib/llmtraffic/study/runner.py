@@ -192,7 +192,7 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
-def signal_group(proc: subprocess.Popen, sig: int) -> None:
+def signal_tree(proc: subprocess.Popen, sig: int) -> None:
     """Send ``sig`` to a notebook's papermill and every process under it (its kernel, the kernel's
     workers and LLM server), so that a timeout or an interrupt leaves none of them running."""
     for pid in process_tree(proc.pid):
@@ -221,7 +221,7 @@ def interrupt_all(grace_s: float = GRACE_S) -> Callable[[], None]:
     seen = {pid for proc in procs for pid in process_tree(proc.pid)}
     deadline = time.time() + grace_s
     for proc in procs:
-        signal_group(proc, signal.SIGINT)
+        signal_tree(proc, signal.SIGINT)
 
     def kill_survivors() -> None:  # what ran at the interrupt, and what the live ones started since
         for pid in seen | {pid for proc in procs if proc.poll() is None for pid in process_tree(proc.pid)}:
@@ -278,12 +278,12 @@ def execute(
                             start_new_session=True)  # interrupted by the runner only (interrupt_all)
     RUNNING.add(proc)
     if INTERRUPTED.is_set():  # started while the run was being interrupted
-        signal_group(proc, signal.SIGINT)
+        signal_tree(proc, signal.SIGINT)
     timed_out = threading.Event()
 
     def kill() -> None:
         timed_out.set()
-        signal_group(proc, signal.SIGKILL)
+        signal_tree(proc, signal.SIGKILL)
 
     timer = threading.Timer(timeout_s, kill) if timeout_s else None
     if timer:

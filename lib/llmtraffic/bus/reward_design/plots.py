@@ -16,8 +16,8 @@ def trained(outcome: Outcome):
 def coinciding(outcomes: dict[str, Outcome]) -> list[tuple[str, str]]:
     """Pairs of labels whose loops tested the same travel times at the same iterations, so that in
     :func:`plot_history` one line hides the other (only what each kept can differ)."""
-    points = {label: sorted(zip(trained(o)["iteration"], trained(o)["travel_time_s"].round(6)))
-              for label, o in outcomes.items()}
+    tested = {label: trained(o) for label, o in outcomes.items()}
+    points = {label: sorted(zip(df["iteration"], df["travel_time_s"].round(6))) for label, df in tested.items()}
     labels = [label for label, p in points.items() if p]
     return [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:] if points[a] == points[b]]
 
