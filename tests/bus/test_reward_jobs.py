@@ -7,6 +7,7 @@ import pytest
 
 from llmtraffic.bus import scenarios
 from llmtraffic.bus.evaluation import MEASURES
+from llmtraffic.bus.tables import NEVER_HOLDS
 from llmtraffic.bus.reward_design import jobs, tables, variants
 from llmtraffic.bus.reward_design.designer import LLMDesigner
 from llmtraffic.bus.reward_design.loop import LoopConfig, Outcome, Step, Trial
@@ -175,7 +176,16 @@ def test_ci_and_paired_tables_on_constructed_rows():
     assert list(table.index) == ["ours"] and table.at["ours", "verdict (travel time)"] == "better"
     frame.loc[frame["method"] == "ours", "hold_time_s"] = [0.0, 0.0, 5.0, 0.0]
     assert tables.never_hold(frame, ["ours", "ref", "absent"]) == ["ref"]
-    assert set(ci["same runs as"]) == {""}
+    assert ci["same runs as"].to_dict() == {"ours": NEVER_HOLDS, "ref": NEVER_HOLDS}  # no holding at all in the rows
+    ci = tables.ci_table(frame, ["ours", "ref"])
+    assert ci["same runs as"].to_dict() == {"ours": "", "ref": NEVER_HOLDS}  # one hold of 5 s: it acts
+
+
+def test_the_no_holding_row_itself_is_not_flagged_as_never_holding():
+    rows = [{"method": m, "agent_seed": a, "seed": s, "travel_time_s": 100.0 + s, "wait_time_s": 50.0,
+             "headway_sd_s": 90.0, "hold_time_s": 0.0} for m, a in (("no holding", float("nan")), ("loop", 0)) for s in (3, 4)]
+    ci = tables.ci_table(pd.DataFrame(rows), ["loop", "no holding"])
+    assert ci["same runs as"].to_dict() == {"loop": NEVER_HOLDS, "no holding": ""}
 
 
 def test_a_row_with_the_same_runs_as_an_earlier_one_says_so():

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ...study import stats
 from ..evaluation import MEASURES
+from ..tables import NEVER_HOLDS
 from .jobs import REFERENCES, DesignRun, ReferenceRun
 from .loop import ROLES
 
@@ -101,8 +102,11 @@ def ci_table(frame: pd.DataFrame, labels: list[str], missing: dict[str, str] | N
 
     Column ``same runs as`` names an earlier row whose every episode gave the very same measures
     (:func:`identical_rows`; e.g. a loop whose final reward is the expert reward it started from,
-    retrained into the same agents): one result shown twice, not two that agree."""
-    same = identical_rows(frame, [label for label in labels if not (missing and label in missing)])
+    retrained into the same agents): one result shown twice, not two that agree. A row whose agents
+    never hold (:func:`never_hold`) is no holding whatever its reward, and says so there."""
+    found_labels = [label for label in labels if not (missing and label in missing)]
+    same = identical_rows(frame, found_labels)
+    idle = set(never_hold(frame, [label for label in found_labels if label != REFERENCES[0]])) if found_labels else set()
     out, found = {}, {}
     for label in labels:
         if missing and label in missing:
@@ -113,7 +117,8 @@ def ci_table(frame: pd.DataFrame, labels: list[str], missing: dict[str, str] | N
         for key, name in MEASURES.items():
             found[f"{label} / {name}"] = est = stats.estimate(g, key, noun=_noun(g))
             cells[name] = est.format(1)
-        out[label] = cells | {"n": stats.unit_of(g, noun=_noun(g)), "same runs as": same.get(label, "")}
+        note = same.get(label) or (NEVER_HOLDS if label in idle else "")
+        out[label] = cells | {"n": stats.unit_of(g, noun=_noun(g)), "same runs as": note}
     table = pd.DataFrame.from_dict(out, orient="index").rename_axis("method")
     table.attrs["estimates"] = found
     return table
