@@ -339,3 +339,12 @@ def test_a_comparative_table_stores_its_per_run_values_and_refuses_a_caption_wit
     assert (diff["low"], diff["high"]) == pytest.approx((stats.mean_ci(diff["runs"]).low, stats.mean_ci(diff["runs"]).high))
     study.save_table(pd.DataFrame({"lr": [1e-3]}), "params", caption="Settings", descriptive=True)
     assert "descriptive: no comparison" in (outdirs / "figures" / "fx_plot" / "params.md").read_text()
+
+
+def test_the_gallery_sums_a_notebooks_recorded_llm_time(tmp_path):
+    (tmp_path / "nb").mkdir()
+    (tmp_path / "nb" / "llm_cost.csv").write_text("experiment,calls,LLM time (s)\na,3,1614.1\nb,5,841.0\n")
+    assert gallery.llm_seconds(tmp_path, "nb") == "2455"
+    assert gallery.llm_seconds(tmp_path, "other") == "—"
+    (tmp_path / "nb" / "llm_cost.csv").write_text("experiment,calls\na,3\n")  # no time column
+    assert gallery.llm_seconds(tmp_path, "nb") == "—"

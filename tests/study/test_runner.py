@@ -65,7 +65,8 @@ def test_run_summary_records_times_and_failures_in_the_gallery(outdirs, capsys):
     readme = (outdirs / "figures" / "README.md").read_text()
     assert "Latest run: profile `smoke` (only fx_plot), 1 notebooks" in readme
     assert "CPU-min; machine: " in readme
-    assert "| fx_fail | smoke |" in readme and "FAILED" in readme
+    assert "| fx_fail | smoke | " in readme and "FAILED" in readme
+    assert "| fx_plot | smoke | " in readme and " | — | " in readme  # no llm_cost table: no LLM time
     assert "Each study's notebooks were done fx " in readme
 
 

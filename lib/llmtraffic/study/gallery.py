@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -73,6 +74,23 @@ def _effort(last: dict) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+LLM_COST = ("llm_cost.csv", "LLM time (s)")
+"""The table (and column) in which a notebook records the LLM requests its results rest on."""
+
+
+def llm_seconds(root: Path, stem: str) -> str:
+    """Total recorded LLM time of a notebook's results (the sum of its ``llm_cost`` table), or "—".
+
+    Recorded, not spent in this run: a request answered from the cassette, or a cached run, counts
+    the time it took when it was first asked."""
+    name, column = LLM_COST
+    try:
+        with open(root / stem / name, newline="") as f:
+            return f"{sum(float(row[column]) for row in csv.DictReader(f)):.0f}"
+    except (OSError, KeyError, ValueError):
+        return "—"
+
+
 def run_times(root: Path) -> list[str]:
     """The latest run's wall time and each notebook's latest time (from the runner's ``run.json``)."""
     try:
@@ -93,13 +111,16 @@ def run_times(root: Path) -> list[str]:
         lines.append(f"Skipped {stem}: {why}.")
     lines += [
         "",
-        "| notebook | profile | seconds | ran (min after the run's start) | outcome | commit |",
-        "|---|---|---|---|---|---|",
+        "LLM s: the LLM time its results rest on, as recorded in its `llm_cost` table (answers replayed from",
+        "the cassette or served by a cached run count the time they first took; \"—\": no LLM requests).",
+        "",
+        "| notebook | profile | seconds | LLM s | ran (min after the run's start) | outcome | commit |",
+        "|---|---|---|---|---|---|---|",
     ]
     for stem, n in summary.get("notebooks", {}).items():
         outcome = "ok" if n.get("ok") else f"FAILED: {n.get('error', '')}".replace("|", "\\|")
         ran = f"{n['start_s'] / 60:.1f}–{n['end_s'] / 60:.1f}" if "start_s" in n else "—"
-        lines.append(f"| {stem} | {n.get('profile')} | {n.get('seconds')} | {ran} | {outcome} | "
+        lines.append(f"| {stem} | {n.get('profile')} | {n.get('seconds')} | {llm_seconds(root, stem)} | {ran} | {outcome} | "
                      f"`{(n.get('commit') or 'unknown')[:10]}` |")
     return lines + [""]
 
