@@ -161,6 +161,20 @@ def test_best_and_kept_per_iteration_through_rejected_iterations():
     assert tables.accepted_iterations(run) == 2
 
 
+def test_a_row_that_kept_its_warm_start_is_no_result_of_the_designer():
+    def run(seed: int, second_accepted: bool) -> jobs.DesignRun:
+        steps = [Step(0, "initial", "warm", True, accepted=True, written=False, trial=Trial({"travel_time_s": 900.0})),
+                 Step(1, "modify", "llm", True, accepted=second_accepted, trial=Trial({"travel_time_s": 990.0})),
+                 Step(2, "modify", "bad", False, reason="syntax error at line 1")]
+        final = steps[1] if second_accepted else steps[0]
+        return jobs.DesignRun("m", "paradigm", seed, Outcome(steps, final.code, final.trial))
+
+    why = tables.kept_start([run(0, False), run(1, False)])
+    assert why.startswith("every loop (2 of 2) kept its given start") and "2 valid candidate(s)" in why
+    assert tables.kept_start([run(0, False), run(1, True)]) == ""  # one loop's reward is the designer's
+    assert tables.kept_start([]) == ""
+
+
 def test_ci_and_paired_tables_on_constructed_rows():
     # ours is 10 s below the reference on every (agent seed, episode): a paired CI of zero width
     rows = [{"method": m, "agent_seed": a, "seed": s, "travel_time_s": base + s - (10.0 if m == "ours" else 0.0),

@@ -85,6 +85,18 @@ def reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
     return out
 
 
+def kept_start(g: list[DesignRun]) -> str:
+    """Why a row of loops that all ended on their given start (the warm start: a reward the
+    designer did not write) is no result of the designer: its agents are the start's agents again,
+    equal to that reward's own row by construction. Empty when some loop accepted a written reward."""
+    ran = [r for r in g if r.has_reward]
+    if not ran or len(ran) < len(g) or any(s.accepted and s.written for r in ran for s in r.outcome.steps):
+        return ""
+    valid = sum(s.written and s.ok for r in ran for s in r.outcome.steps)
+    return (f"every loop ({len(ran)} of {len(g)}) kept its given start: the designer's {valid} valid candidate(s) "
+            "were all rejected by the refiner, so the row's agents are the start's own, equal to it by construction")
+
+
 NO_VALID = "no valid reward"
 """How the outcome of a row without a valid reward begins (:func:`no_reward`)."""
 
