@@ -199,3 +199,19 @@ def test_check_finds_each_defect(card, old, new, problem):
     assert old in rows
     problems = check(head + sep + rows.replace(old, new, 1), root)
     assert any(problem in p for p in problems), problems
+
+
+def test_each_opposite_quotes_its_measured_reason_or_says_it_was_not_investigated(card, tmp_path):
+    root, text = card
+    assert f"- `other_way` (bus, ours 2 [" in text  # the fixture's one opposite claim
+    reasons = tmp_path / "opposites.md"
+    reasons.write_text("# Opposites\n\n### `other_way`\n\nD was tuned\nfor this case: measured.\n\nThe experiment in detail.\n"
+                       "\n### gone.claim\n\nA claim no longer opposite.\n")
+    assert claims.opposite_reasons(reasons) == {"other_way": "D was tuned for this case: measured.",
+                                                "gone.claim": "A claim no longer opposite."}
+    rendered = claims.render(root, reasons)
+    assert ("D was tuned for this case: measured. ([details](../docs/opposites.md#other_way))" in rendered
+            and claims.NOT_INVESTIGATED not in rendered and "gone.claim" not in rendered)
+    assert f"**{claims.NOT_INVESTIGATED}** (no section in docs/opposites.md)" in claims.render(root, tmp_path / "none.md")
+    assert check(rendered, root) == []  # the section adds no claim rows
+    assert claims.anchor("bus-5.2.3-gpt4o-vs-claude-opus") == "bus-523-gpt4o-vs-claude-opus"

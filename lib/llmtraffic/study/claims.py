@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from ..llm.models import MODELS
 from . import provenance
 from .atomic import atomic_write_text
 from .context import current
-from .paths import figures_dir
+from .paths import ROOT, figures_dir
 from . import stats
 from .stats import Estimate
 
@@ -247,8 +248,52 @@ def link_target(link: str, root: Path | None = None) -> str:
     return f"{link}.md" if (Path(root or figures_dir()) / f"{link}.md").exists() else f"{link}.png"
 
 
-def render(root: Path | None = None) -> str:
-    """The scorecard: counts per paper and verdict, then every claim grouped by paper and section."""
+OPPOSITES_DOC = Path("docs") / "opposites.md"
+"""Why each "opposite" claim points the other way, as measured: a ``### <claim id>`` section per
+claim whose first paragraph is the reason (or, where it is unknown, the experiment run to look for
+it and what it showed); the scorecard quotes that paragraph and links the section."""
+NOT_INVESTIGATED = "reason not investigated"
+
+
+def opposite_reasons(path: Path | None = None) -> dict[str, str]:
+    """Claim id → the first paragraph of its section in :data:`OPPOSITES_DOC` (empty when none)."""
+    path = Path(path or ROOT / OPPOSITES_DOC)
+    if not path.exists():
+        return {}
+    sections = re.split(r"^### +(.+?) *$", path.read_text(), flags=re.M)[1:]
+    found = {}
+    for heading, body in zip(sections[::2], sections[1::2]):
+        paragraph = body.strip().split("\n\n")[0]
+        found[heading.strip("`")] = " ".join(line.strip() for line in paragraph.splitlines())
+    return found
+
+
+def anchor(heading: str) -> str:
+    """The anchor a Markdown renderer (GitHub, JupyterLab) gives a heading: lower case, spaces as
+    hyphens, other punctuation than ``-`` and ``_`` dropped."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def opposites_section(claims: list[dict], reasons: dict[str, str]) -> list[str]:
+    """The scorecard's last section: each opposite claim with its measured reason, or
+    :data:`NOT_INVESTIGATED` where :data:`OPPOSITES_DOC` has no section for it."""
+    opposite = sorted((c for c in claims if c["verdict"] == OPPOSITE), key=lambda c: (c["paper"], c["id"]))
+    if not opposite:
+        return []
+    doc = f"../{OPPOSITES_DOC.as_posix()}"
+    lines = ["## Opposites and their measured reasons", "",
+             f"Each claim whose interval excludes 0 on the other side from the paper's, with why, as measured "
+             f"(the experiment behind each reason is in [{OPPOSITES_DOC.as_posix()}]({doc})).", ""]
+    for c in opposite:
+        why = reasons.get(c["id"])
+        text = f"{why} ([details]({doc}#{anchor(c['id'])}))" if why else f"**{NOT_INVESTIGATED}** (no section in {OPPOSITES_DOC.as_posix()})"
+        lines.append(f"- `{c['id']}` ({c['paper']}, ours {_ours(c)}): {text}")
+    return lines + [""]
+
+
+def render(root: Path | None = None, reasons: Path | None = None) -> str:
+    """The scorecard: counts per paper and verdict, every claim grouped by paper and section, then
+    each opposite claim's reason from ``reasons`` (default: :data:`OPPOSITES_DOC`)."""
     claims = load(root)
     lines = [
         "# Scorecard",
@@ -296,6 +341,7 @@ def render(root: Path | None = None) -> str:
             ]
             lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
         lines.append("")
+    lines += opposites_section(claims, opposite_reasons(reasons))
     return "\n".join(lines).rstrip() + "\n"
 
 
