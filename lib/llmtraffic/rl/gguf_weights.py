@@ -62,17 +62,21 @@ def _convert(gguf: Path, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(**source)
     # save_pretrained refuses a GGUF-loaded model; a model built from its config does not. The
     # config's GGUF "quantization" describes the file, not the saved fp32 weights.
-    config = copy.deepcopy(loaded.config)
+    config, generation = copy.deepcopy(loaded.config), loaded.generation_config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
-    tied = {"lm_head.weight"} if loaded.config.tie_word_embeddings else set()
+    # built on the meta device and given the loaded tensors themselves (assign): a second fp32 copy
+    # of a 1.5B model (6 GB) beside the first is what ran the machine out of memory
+    with torch.device("meta"):
+        fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False, assign=True)
+    del loaded
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
     if set(missing) - tied or unexpected:
         raise ValueError(f"{gguf.name}: the dequantized weights do not fit the model its config describes "
                          f"(missing {sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]})")
     fresh.tie_weights()
-    fresh.generation_config = loaded.generation_config
+    fresh.generation_config = generation
     fresh.save_pretrained(out)
     tokenizer.save_pretrained(out)
 
