@@ -215,3 +215,13 @@ def test_each_opposite_quotes_its_measured_reason_or_says_it_was_not_investigate
     assert f"**{claims.NOT_INVESTIGATED}** (no section in docs/opposites.md)" in claims.render(root, tmp_path / "none.md")
     assert check(rendered, root) == []  # the section adds no claim rows
     assert claims.anchor("bus-5.2.3-gpt4o-vs-claude-opus") == "bus-523-gpt4o-vs-claude-opus"
+
+
+def test_every_committed_opposite_has_its_measured_reason():
+    root = ROOT / "figures"
+    opposite = {c["id"] for c in claims.load(root) if c["verdict"] == claims.OPPOSITE}
+    if not opposite:
+        pytest.skip("no committed claim is opposite")
+    missing = opposite - set(claims.opposite_reasons())
+    assert not missing, f"opposite claims without a section in {claims.OPPOSITES_DOC}: {sorted(missing)}"
+    assert claims.NOT_INVESTIGATED not in (root / "SCORECARD.md").read_text(), "regenerate the scorecard"
