@@ -173,6 +173,7 @@ def test_a_row_that_kept_its_warm_start_is_no_result_of_the_designer():
     assert why.startswith("every loop (2 of 2) kept its given start") and "2 valid candidate(s)" in why
     assert tables.kept_start([run(0, False), run(1, True)]) == ""  # one loop's reward is the designer's
     assert tables.kept_start([]) == ""
+    assert tables.claim_reasons({"m": [run(0, False)], "n": [run(1, True)]}) == {"m": tables.kept_start([run(0, False)])}
 
 
 def test_ci_and_paired_tables_on_constructed_rows():

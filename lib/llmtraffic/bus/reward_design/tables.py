@@ -97,6 +97,13 @@ def kept_start(g: list[DesignRun]) -> str:
             "were all rejected by the refiner, so the row's agents are the start's own, equal to it by construction")
 
 
+def claim_reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
+    """Label → why a claim on the row has no estimate: :func:`reasons`, and :func:`kept_start` for
+    a row that ran but whose loops all kept their given start (a table still shows that row)."""
+    kept = {label: why for label, g in runs.items() if (why := kept_start(g))}
+    return {**kept, **reasons(runs)}
+
+
 NO_VALID = "no valid reward"
 """How the outcome of a row without a valid reward begins (:func:`no_reward`)."""
 
@@ -200,12 +207,13 @@ def record_claim(frame: pd.DataFrame, missing: dict[str, str], label: str, refer
                  **claim: Any):
     """Record a paper claim as the paired relative difference (%) of ``label`` against ``reference``
     in ``measure``; as not run when either row did not run (its reason becomes ``needs``), or as no
-    result when either row's loops found no valid reward (the outcome becomes ``finding``)."""
+    result when either row ran without a result of its designer (``missing`` from
+    :func:`claim_reasons`: the outcome becomes ``finding``)."""
     from ... import study
 
     claim.setdefault("producer", f"{label} vs {reference}")  # the rows name their designers (the scorecard's column)
     why = missing.get(label) or missing.get(reference)
-    if why and why.startswith(NO_VALID):
+    if why and not why.startswith("not run"):
         return study.claim(paper="bus", finding=why, **claim)
     if why:
         return study.claim(paper="bus", needs=why.removeprefix("not run: needs "), **claim)
