@@ -136,3 +136,12 @@ def test_refiner_returns_to_the_kept_reward_with_another_edit_and_repair_halves_
     halved = d.program(d.repair(failed.code, "reward returned 1.2e3 ... outside [-1000, 1000]").code)
     assert halved.w == {k: pytest.approx(v / 2, abs=1e-4) for k, v in d.program(failed.code).w.items()}
     assert d.program(TRIVIAL_REWARD) == Program.of({"hold": 1.0})
+
+
+def test_warm_start_code_names_the_expert_not_the_search_and_the_search_can_edit_it():
+    from llmtraffic.bus.reward_design.candidates import expert_code
+    code = expert_code(6)
+    first_comment = code.splitlines()[1]
+    assert "expert reward (RL-local" in first_comment and "search designer" not in code  # an LLM reads this comment
+    assert _run(code)(np.zeros(6), 1, np.zeros(6)) == _run(render(EXPERT, 6))(np.zeros(6), 1, np.zeros(6))
+    assert SearchDesigner(320.0, False, 6, seed=0).program(code) == EXPERT

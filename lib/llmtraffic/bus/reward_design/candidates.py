@@ -21,13 +21,13 @@ from ..evaluation import MEASURES, evaluate
 from ..training import DQNController, train_holding
 from .loop import Designer, LoopConfig, Outcome, Trial, run_loop
 from .sandbox import SandboxedReward, example_transitions, validate_reward_code
-from .search import EXPERT, render
+from .search import EXPERT, EXPERT_LABEL, render
 
 
 def expert_code(state_dim: int) -> str:
     """The warm start: the RL-local expert reward (``rewards.rl_local``) written as code for a
     ``state_dim``-value state; a test checks the two agree."""
-    return render(EXPERT, state_dim)
+    return render(EXPERT, state_dim, EXPERT_LABEL)
 
 
 @dataclass

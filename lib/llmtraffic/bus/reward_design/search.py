@@ -39,6 +39,8 @@ from .loop import TRIVIAL_REWARD, Reply, Trial
 from .sandbox import SandboxedReward
 
 LABEL = "search designer (no LLM)"
+EXPERT_LABEL = "expert reward (RL-local, the warm start)"
+"""Who the warm start's first comment names: an LLM shown it must not read it as the search's."""
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,8 @@ class SearchDesigner:
         self.hold_limit_s, self.sd_limit, self.pool, self.critic = hold_limit_s, sd_limit, pool, critic
         self.rng = np.random.default_rng(seed)
         self.components = allowed(multi_line, state_dim)
-        self.programs: dict[str, Program] = {self.code(EXPERT): EXPERT, TRIVIAL_REWARD: TRIVIAL}
+        self.programs: dict[str, Program] = {self.code(EXPERT): EXPERT, render(EXPERT, state_dim, EXPERT_LABEL): EXPERT,
+                                             TRIVIAL_REWARD: TRIVIAL}
         self.edits: dict[str, Edit] = {}
         self.tried: list[tuple[float, float]] = []
         """(mean test reward, travel time) of every analysed reward: the analyzer's memory."""
