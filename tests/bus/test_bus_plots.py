@@ -129,8 +129,23 @@ def test_a_panel_with_nothing_to_draw_states_why_without_axes():
     overlaps = iteration_panels(axes, {"unavailable": "not run: needs an LLM backend",
                                        "LLM": {"paradigm": failed},
                                        "search": {"paradigm": _Loop([1500.0], [True])}}, {"no holding": 1320.0})
-    texts = [[t.get_text() for t in ax.texts] for ax in axes]
+    texts = [[" ".join(t.get_text().split()) for t in ax.texts] for ax in axes]  # wrapped to each narrow panel
     shown = [ax.axison for ax in axes]
     plt.close(fig)
     assert texts[0] == ["not run: needs an LLM backend"] and "no valid reward in 2 tries" in texts[1][0]
     assert shown == [False, False, True] and overlaps == []
+
+
+def test_a_panel_with_nothing_to_draw_keeps_its_reason_inside_its_own_panel():
+    from llmtraffic.bus.reward_design.plots import no_panel
+
+    reason = ("no valid reward from Qwen2.5-Coder-1.5B-Instruct (paper: GPT-4) in 2 tries, 1 of 1 loops, 2 answers "
+              "(agent seed 0: 2 answers invalid: 2 × failed in training; the loop kept its warm start)")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
+    no_panel(right, reason)
+    fig.canvas.draw()
+    text, box = right.texts[0], right.get_window_extent()
+    drawn = text.get_window_extent()
+    plt.close(fig)
+    assert box.x0 <= drawn.x0 and drawn.x1 <= box.x1, (drawn, box)  # not into the left panel or off the figure
+    assert text.get_text().replace("\n", " ") == reason  # wrapped, not cut

@@ -348,3 +348,16 @@ def test_the_gallery_sums_a_notebooks_recorded_llm_time(tmp_path):
     assert gallery.llm_seconds(tmp_path, "other") == "—"
     (tmp_path / "nb" / "llm_cost.csv").write_text("experiment,calls\na,3\n")  # no time column
     assert gallery.llm_seconds(tmp_path, "nb") == "—"
+
+
+def test_a_figure_of_rows_with_their_own_seeds_stamps_those_not_the_notebooks(ctx, outdirs):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    study.save_figure(fig, "own", caption="rows with their own seeds", rows="backbone tiny · agent_seeds [0, 1, 2]")
+    stamp = [t.get_text() for t in fig.texts]
+    meta = json.loads((outdirs / "figures" / "fx_plot" / "own.json").read_text())
+    plt.close(fig)
+    assert stamp == []  # the stamp is removed after saving
+    assert meta["rows"] == "backbone tiny · agent_seeds [0, 1, 2]"
+    svg = (outdirs / "figures" / "fx_plot" / "own.svg").read_text()
+    assert "agent_seeds [0, 1, 2]" in svg and "seeds [4, 5]" not in svg  # the notebook's seeds are not claimed

@@ -52,3 +52,19 @@ def test_summary_figure_records_the_bootstrap_seed_and_runs_in_its_sidecar(claim
     side = json.loads((outdirs / "figures" / "fx_plot" / "rl_summary.json").read_text())
     assert side["stats"]["bootstrap_seed"] == 7
     assert side["stats"]["summary"]["tuned"]["improvement (%)"]["x"] == pytest.approx([30.0, 20.0, 5.0, 40.0])
+
+
+def test_summary_figure_says_why_a_row_has_no_point_or_interval_and_its_axis_labels_do_not_collide():
+    import matplotlib.pyplot as plt
+
+    summary = summaries.summarize({"before": {"x": [10.0, 11.0, 9.0]}, "tuned": {"x": [7.0, 8.0]},
+                                   "once": {"x": [8.0]}}, "before", seed=0, reps=100)
+    summary["never"] = {"runs per task": {"x": 0}, "iqm": {"value": math.nan, "low": math.nan, "high": math.nan}}
+    fig = summaries.plot(summary, "a baseline with a long name before fine-tuning", "queue")
+    ax_iqm, ax_poi = fig.axes
+    labels = [t.get_text() for t in ax_iqm.get_yticklabels()]
+    assert labels == ["before (3 runs)", "tuned (2 runs)", "once (1 run: no interval)", "never (0 runs: nothing to draw)"]
+    fig.canvas.draw()
+    left, right = ax_iqm.xaxis.label.get_window_extent(), ax_poi.xaxis.label.get_window_extent()
+    plt.close(fig)
+    assert left.x1 < right.x0  # the two axis titles side by side, not over each other

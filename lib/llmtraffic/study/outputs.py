@@ -39,8 +39,9 @@ DIRTY_MARK = "UNCOMMITTED CODE"
 """Added to the stamp and the Markdown label of outputs made from a dirty tree."""
 
 
-def _label(ctx: Context, meta: dict) -> str:
-    return ctx.label + (f" · {DIRTY_MARK}" if meta["git"].get("dirty") else "")
+def _label(ctx: Context, meta: dict, rows: str | None = None) -> str:
+    base = f"profile {ctx.profile} · {rows}" if rows else ctx.label
+    return base + (f" · {DIRTY_MARK}" if meta["git"].get("dirty") else "")
 
 
 def _save_unit(ctx: Context, kind: str, name: str, caption: str, files: dict[str, bytes], meta: dict) -> None:
@@ -85,17 +86,21 @@ def add_stamp(fig, text: str, gap_pt: float = 4.0):
     return fig.text(box.x1 / width, y, text, ha="right", va="top", fontsize=6, color="0.45")
 
 
-def save_figure(fig, name: str, caption: str = "", stamp: bool = True, stats: dict | None = None) -> Path:
+def save_figure(fig, name: str, caption: str = "", stamp: bool = True, stats: dict | None = None,
+                rows: str | None = None) -> Path:
     """Save ``fig`` as ``figures/<stem>/<name>.png`` and ``.svg`` with a provenance sidecar.
 
     ``stamp`` writes the run's label (profile, seeds, backbone/designer; a mark when made from
     uncommitted code) in a strip below the figure, so a figure seen out of context still says what
-    produced it; the stamp is removed from ``fig`` afterwards. ``stats`` goes into the sidecar
-    (e.g. a bootstrap's seed, method and per-run values).
+    produced it; the stamp is removed from ``fig`` afterwards. ``rows`` replaces the notebook's
+    seeds and backbone in the stamp for a figure whose rows ran with their own (it goes into the
+    sidecar too). ``stats`` goes into the sidecar (e.g. a bootstrap's seed, method and per-run values).
     """
     ctx = current()
     meta = provenance.record(ctx.out_dir)
-    text = add_stamp(fig, _label(ctx, meta)) if stamp else None
+    if rows:
+        meta = {**meta, "rows": rows}
+    text = add_stamp(fig, _label(ctx, meta, rows)) if stamp else None
     try:
         files = {}
         for ext in ("png", "svg"):

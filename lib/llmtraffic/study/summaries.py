@@ -18,6 +18,7 @@ signature). The bootstrap seed is a parameter and goes into the figure's sidecar
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -103,6 +104,14 @@ def summarize(scores: Scores, baseline: str, lower_is_better: bool = True, seed:
     return out
 
 
+def _runs(counts: list[int]) -> str:
+    """A method's runs per task for its axis label, saying why it has no point or no interval."""
+    text = f"{'/'.join(map(str, counts))} run{'s' * (max(counts) != 1)}"
+    if min(counts) == 0:
+        return text + ": nothing to draw"
+    return text + (": no interval" if min(counts) == 1 else "")
+
+
 def plot(summary: dict[str, dict], baseline: str, measure: str):
     """Two panels: the IQM of each method's improvement over the baseline and its probability of
     improvement, points with 95 % bootstrap intervals. Returns the figure."""
@@ -123,10 +132,9 @@ def plot(summary: dict[str, dict], baseline: str, measure: str):
     ax_iqm.axvline(0, color="0.4", lw=0.8)
     ax_poi.axvline(0.5, color="0.4", lw=0.8)
     counts = {m: list(summary[m]["runs per task"].values()) for m in methods}
-    ax_iqm.set_yticks(y, [f"{m} ({'/'.join(map(str, counts[m]))} run{'s' * (max(counts[m]) != 1)})" for m in methods],
-                      fontsize="small")
-    ax_poi.set_xlim(0, 1)
-    ax_iqm.set_xlabel(f"IQM of the {measure} improvement over {baseline} (%)")
-    ax_poi.set_xlabel(f"P(a run beats a run of {baseline})")
+    ax_iqm.set_yticks(y, [f"{m} ({_runs(counts[m])})" for m in methods], fontsize="small")
+    ax_poi.set_xlim(-0.03, 1.03)  # a point at 0 or 1 stays whole
+    ax_iqm.set_xlabel(textwrap.fill(f"IQM of the {measure} improvement over {baseline} (%)", 48))
+    ax_poi.set_xlabel(textwrap.fill(f"P(a run beats a run of {baseline})", 48))
     fig.tight_layout()
     return fig

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from .loop import Outcome
 
 REFERENCE_STYLES = {"no holding": ":", "feedback control": "--", "expert RL (RL-local)": "-."}
@@ -22,9 +24,13 @@ def coinciding(outcomes: dict[str, Outcome]) -> list[tuple[str, str]]:
     return [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:] if points[a] == points[b]]
 
 
-def no_panel(ax, reason: str):
-    """A panel with nothing to draw: its reason in words, without empty axes."""
-    ax.text(0.5, 0.5, reason, ha="center", va="center", transform=ax.transAxes, wrap=True, fontsize=8)
+def no_panel(ax, reason: str, fontsize: float = 8):
+    """A panel with nothing to draw: its reason in words, without empty axes, wrapped to the panel's
+    width (matplotlib's ``wrap=True`` wraps to the figure's, so the text ran into the next panel)."""
+    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
+    chars = max(16, int(width_pt / (0.62 * fontsize)))  # an average glyph is ~0.6 em wide in DejaVu Sans
+    text = "\n".join(textwrap.fill(line, chars) for line in reason.splitlines())
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=fontsize)
     ax.set_axis_off()
     return ax
 
