@@ -149,3 +149,25 @@ def test_a_panel_with_nothing_to_draw_keeps_its_reason_inside_its_own_panel():
     plt.close(fig)
     assert box.x0 <= drawn.x0 and drawn.x1 <= box.x1, (drawn, box)  # not into the left panel or off the figure
     assert text.get_text().replace("\n", " ") == reason  # wrapped, not cut
+
+
+def test_a_designer_panel_draws_its_trained_rows_and_names_the_rows_that_never_trained():
+    import pandas as pd
+
+    from llmtraffic.bus.reward_design.plots import iteration_panels
+
+    class Untrained:  # every answer invalid: the history has no travel-time column at all
+        failure = "no valid reward in 2 tries"
+
+        def history(self):
+            return pd.DataFrame({"iteration": [0, 0], "valid": [False, False], "accepted": [False, False]})
+
+    fig, axes = plt.subplots(1, 1, squeeze=False)
+    iteration_panels(axes[0], {"LLM": {"paradigm": _Loop([1500.0, 1450.0], [True, True]), "critic": Untrained()}},
+                     {"no holding": 1320.0})
+    ax = axes[0][0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    notes = [t.get_text() for t in ax.texts]
+    plt.close(fig)
+    assert "paradigm" in legend and not any(x.startswith("critic") for x in legend)
+    assert notes == ["no candidate trained (its reason is in the table): critic"]

@@ -12,7 +12,9 @@ REFERENCE_STYLES = {"no holding": ":", "feedback control": "--", "expert RL (RL-
 def trained(outcome: Outcome):
     """The candidates of ``outcome`` that trained and were tested (what :func:`plot_history` draws)."""
     df = outcome.history()
-    return df[df["valid"] & df["travel_time_s"].notna()] if "travel_time_s" in df else df.iloc[0:0]
+    if "travel_time_s" not in df:  # no candidate of the loop ever trained
+        df = df.assign(travel_time_s=float("nan"))
+    return df[df["valid"] & df["travel_time_s"].notna()]
 
 
 def coinciding(outcomes: dict[str, Outcome]) -> list[tuple[str, str]]:
@@ -102,10 +104,15 @@ def iteration_panels(axes, panels: dict[str, str | dict[str, Outcome]], referenc
             no_panel(ax, rows if isinstance(rows, str) else "no row trained a reward:\n" + "\n".join(
                 f"{name}: {o.failure or 'no valid candidate'}" for name, o in rows.items()))
             continue
+        idle = [name for name, outcome in rows.items() if not len(trained(outcome))]
         for name, outcome in rows.items():
-            plot_history(outcome, ax=ax, label=name)
+            if name not in idle:
+                plot_history(outcome, ax=ax, label=name)
         reference_lines(ax, references)
         ax.legend(fontsize="small", ncol=2)
+        if idle:  # rows with nothing to draw are named, not given an empty legend entry
+            ax.text(0.01, 0.01, "no candidate trained (its reason is in the table): " + ", ".join(idle),
+                    transform=ax.transAxes, fontsize=7, va="bottom")
         overlaps += [f"{a} and {b} ({designer})" for a, b in coinciding(rows)]
     return overlaps
 
