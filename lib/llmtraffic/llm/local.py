@@ -128,8 +128,8 @@ class LocalServer:
         deadline = time.monotonic() + self.cfg.startup_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise LLMServerError(f"the llama.cpp server for {self.cfg.model} exited with code "
-                                     f"{self.process.returncode} while starting. {self.log_tail()}")
+                raise LLMServerError(f"the llama.cpp server for {self.cfg.model} exited with "
+                                     f"{exit_reason(self.process.returncode)} while starting. {self.log_tail()}")
             try:
                 if httpx.get(f"{self.url}/models", timeout=2.0).status_code == 200:
                     return
@@ -143,7 +143,7 @@ class LocalServer:
         """Raise :class:`LLMServerError` when the server has stopped."""
         if self.process is not None and self.process.poll() is not None:
             raise LLMServerError(f"the local llama.cpp server for {self.cfg.model} (pid {self.process.pid}, "
-                                 f"port {self.port}) stopped with code {self.process.returncode} during the run; "
+                                 f"port {self.port}) stopped with {exit_reason(self.process.returncode)} during the run; "
                                  f"requests answered before are kept in the cassette. {self.log_tail()}")
 
     def log_tail(self, lines: int = 8) -> str:
@@ -165,6 +165,17 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 _signal_group(process.pid, signal.SIGKILL)
                 process.wait(5.0)
+
+
+def exit_reason(code: int) -> str:
+    """A server's exit status in words; a signal by its name, with the usual remedy for SIGILL."""
+    if code >= 0:
+        return f"code {code}"
+    name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+    if -code == signal.SIGILL:
+        return (f"{name} (illegal instruction: its llama.cpp build uses a CPU instruction this machine refuses, "
+                f"e.g. AMX tiles in a sandbox; `make venv` builds a portable one, see LLAMA_CMAKE_ARGS in the Makefile)")
+    return name
 
 
 def _signal_group(pid: int, sig: int) -> None:
