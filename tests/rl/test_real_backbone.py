@@ -2,6 +2,9 @@
 project's loader, its chat template, SmallDecoder on its weights (slow: ~30 s to dequantize
 the GGUF once per session)."""
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 
@@ -25,6 +28,25 @@ def test_the_packaged_model_loads_with_its_chat_template_and_the_second_load_rea
     monkeypatch.setattr(gguf_weights, "_convert", lambda *a: pytest.fail("converted the GGUF again"))
     folder = gguf_weights.hf_folder("smollm2-135m")
     assert (folder / gguf_weights.DONE).read_text().split() == [gguf_weights.gguf_sha256("smollm2-135m")]
+
+
+def test_processes_asking_at_once_convert_once_and_none_reads_a_half_replaced_folder(tmp_path, monkeypatch):
+    """Workers of two notebooks ask for the same model at once: the first converts, the others wait
+    for its lock (flock conflicts between threads too: each opens the folder itself) and read its folder."""
+    calls = []
+
+    def convert(gguf, out):
+        calls.append(out)
+        out.mkdir()
+        time.sleep(0.3)  # the others arrive while this one converts
+        (out / "tokenizer.json").write_text("{}")
+
+    monkeypatch.setattr(gguf_weights, "_convert", convert)
+    with ThreadPoolExecutor(3) as pool:
+        folders = list(pool.map(lambda _: gguf_weights.hf_folder("smollm2-135m", tmp_path), range(3)))
+    assert len(calls) == 1 and len(set(folders)) == 1
+    assert (folders[0] / "tokenizer.json").is_file() and (folders[0] / gguf_weights.DONE).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folders[0].name]  # no temporary folder left
 
 
 def test_an_unknown_backbone_name_is_refused_with_the_registered_names():

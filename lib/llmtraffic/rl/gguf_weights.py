@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..llm import models
 from ..paths import runs_dir
+from ..study.atomic import folder_lock
 
 DONE = "llmtraffic-gguf.txt"
 """Written last into a cached folder (the GGUF's sha256): a folder without it is incomplete."""
@@ -37,19 +38,30 @@ def gguf_sha256(name: str) -> str:
 
 
 def hf_folder(name: str, cache_dir: Path | None = None) -> Path:
-    """The transformers folder of a registered model or ``.gguf`` path, built once (see module)."""
+    """The transformers folder of a registered model or ``.gguf`` path, built once (see module).
+
+    Processes asking at once (a notebook's workers, two notebooks) convert one at a time under a
+    lock on the cache folder: the others wait and then read the finished folder, which is never
+    replaced once complete (a reader would find it half-deleted)."""
     gguf = models.gguf_path(name)
     sha = gguf_sha256(name)
     out = Path(cache_dir or runs_dir() / "models") / f"hf-{sha[:16]}"
-    if (out / DONE).is_file() and (out / DONE).read_text().strip() == sha:
+    if _complete(out, sha):
         return out
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    _convert(gguf, tmp)
-    (tmp / DONE).write_text(sha + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.replace(out)
+    with folder_lock(out.parent):
+        if _complete(out, sha):
+            return out
+        tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        _convert(gguf, tmp)
+        (tmp / DONE).write_text(sha + "\n")
+        shutil.rmtree(out, ignore_errors=True)  # an incomplete folder of an interrupted conversion
+        tmp.replace(out)
     return out
+
+
+def _complete(folder: Path, sha: str) -> bool:
+    return (folder / DONE).is_file() and (folder / DONE).read_text().strip() == sha
 
 
 def _convert(gguf: Path, out: Path) -> None:
