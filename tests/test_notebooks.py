@@ -9,7 +9,7 @@ import pytest
 
 from llmtraffic.study import runner
 from llmtraffic.study.cli import main
-from llmtraffic.study.params import notebook_parameters
+from llmtraffic.study.params import notebook_parameters, parameters_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -71,6 +71,17 @@ def test_the_matrix_knows_which_notebooks_take_which_setting():
     assert {stem for stem, names in takes.items() if "llm" in names} == TAKES_LLM
     assert {stem for stem, names in takes.items() if "backbone" in names} == TAKES_BACKBONE
     assert {stem for stem, names in takes.items() if "backbones" in names} == TAKES_BACKBONES | BACKBONE_PER_SCENARIO
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_papermill_reads_every_declared_parameter(notebook):
+    """papermill checks the values it injects against its own reading of the parameters cell;
+    a line it cannot read (a second `=` in the comment) makes it warn "Passed unknown parameter"
+    for a parameter the notebook does declare."""
+    from papermill.translators import PythonTranslator
+
+    names = [p.name for p in PythonTranslator.inspect(parameters_cell(notebook))]
+    assert names == list(notebook_parameters(notebook))
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))

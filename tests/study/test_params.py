@@ -285,15 +285,3 @@ def test_retired_names_are_rejected_with_the_new_ones_unless_still_declared(tmp_
     # a notebook not renamed yet (the fixture declares `seeds`) keeps working
     assert validate("fx_plot", {"seeds": [3]}, notebook_parameters(NB)) == {"seeds": [3]}
 
-
-@pytest.mark.parametrize("notebook", sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem)
-def test_papermill_sees_every_parameter_of_each_study_notebook(notebook):
-    """papermill checks the values it injects against its own reading of the parameters cell;
-    a line it cannot read (a second `=` in the comment) makes it warn "Passed unknown parameter"
-    for a parameter the notebook does declare."""
-    import nbformat
-    from papermill.translators import PythonTranslator
-
-    cell = next(c for c in nbformat.read(str(notebook), as_version=4).cells
-                if "parameters" in c.metadata.get("tags", []))
-    assert [p.name for p in PythonTranslator.inspect(cell)] == list(notebook_parameters(notebook))

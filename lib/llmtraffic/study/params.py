@@ -122,6 +122,17 @@ class Parameter:
         return "any" if self.default is None else type(self.default).__name__
 
 
+def parameters_cell(notebook: Path):
+    """The notebook's one cell tagged ``parameters`` (the cell papermill injects after)."""
+    import nbformat
+
+    cells = [c for c in nbformat.read(str(notebook), as_version=4).cells
+             if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ParamError(f"{notebook.name}: expected one cell tagged 'parameters', found {len(cells)}")
+    return cells[0]
+
+
 def notebook_parameters(notebook: Path) -> dict[str, Parameter]:
     """Parameters declared in the notebook's cell tagged ``parameters`` (the cell papermill
     injects after), in order, with their literal defaults, trailing comments as help and the
@@ -131,13 +142,7 @@ def notebook_parameters(notebook: Path) -> dict[str, Parameter]:
     parameter whose comment contains ``=`` or quotes. Defaults must be Python literals, so
     their types can be checked without running code.
     """
-    import nbformat
-
-    cells = [c for c in nbformat.read(str(notebook), as_version=4).cells
-             if "parameters" in c.get("metadata", {}).get("tags", [])]
-    if len(cells) != 1:
-        raise ParamError(f"{notebook.name}: expected one cell tagged 'parameters', found {len(cells)}")
-    source = cells[0].source
+    source = parameters_cell(notebook).source
     lines = source.splitlines()
     try:
         tree = ast.parse(source)
