@@ -143,3 +143,36 @@ def test_prioritise_moves_matching_notebooks_first_in_pattern_order():
     assert [p.stem for p in runner.prioritise(names, ["tsc_main", "bus_b"])] == ["tsc_main", "bus_b", "bus_a", "tsc_x"]
     assert [p.stem for p in runner.prioritise(names, ["tsc_*"])] == ["tsc_main", "tsc_x", "bus_a", "bus_b"]
     assert runner.prioritise(names, None) == names
+
+
+def _flaky_kernel(home: Path, deaths: int) -> Path:
+    """A ``python3`` kernelspec (found first through JUPYTER_PATH) whose first ``deaths`` starts
+    exit before the kernel replies, as a kernel that lost the ZMQ port race does."""
+    import sys
+
+    count = home / "starts"
+    boot = (f"import pathlib, sys\nc = pathlib.Path({str(count)!r})\nn = int(c.read_text()) if c.exists() else 0\n"
+            f"c.write_text(str(n + 1))\nif n < {deaths}:\n    sys.exit(1)\n"
+            "from ipykernel import kernelapp\nkernelapp.launch_new_instance()\n")
+    spec = home / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps(
+        {"argv": [sys.executable, "-c", boot, "-f", "{connection_file}"], "display_name": "flaky", "language": "python"}))
+    return count
+
+
+@pytest.mark.parametrize("deaths, ok", [(runner.KERNEL_START_TRIES - 1, True), (runner.KERNEL_START_TRIES, False)])
+def test_a_kernel_that_dies_before_its_first_cell_is_started_again(outdirs, tmp_path, monkeypatch, deaths, ok):
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    starts = _flaky_kernel(tmp_path / "jupyter", deaths)
+    [outcome] = runner.run("smoke", FIXTURES / "notebooks", FIXTURES / "params", only=["fx_plot"], quiet=True)
+    assert outcome.ok is ok
+    assert int(starts.read_text()) == min(deaths + 1, runner.KERNEL_START_TRIES)
+    assert f"start {runner.KERNEL_START_TRIES} of {runner.KERNEL_START_TRIES}" in outcome.log[0]
+
+
+def test_a_notebook_that_fails_in_a_cell_is_not_started_again(outdirs, tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    starts = _flaky_kernel(tmp_path / "jupyter", 0)
+    [outcome] = runner.run("smoke", FIXTURES / "notebooks", FIXTURES / "params", only=["fx_fail"], quiet=True)
+    assert not outcome.ok and int(starts.read_text()) == 1

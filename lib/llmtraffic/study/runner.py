@@ -41,10 +41,14 @@ from .preflight import ResourceError, check_settings, resource_problems
 
 
 DEFAULT_JOBS = max(1, min(os.cpu_count() or 1, 4))
+"""Notebooks at once by default: every core (at most 4; each notebook may run a process pool of its own)."""
 GRACE_S = 30.0
 """Seconds an interrupted notebook has to stop (its kernel stops its LLM server) before its
 processes are killed."""
-"""Notebooks at once by default: every core (at most 4; each notebook may run a process pool of its own)."""
+KERNEL_START_TRIES = 3
+"""Starts a notebook gets when its kernel dies before running a cell: kernels launched at once
+race for ZMQ ports (jupyter_client), a failure of the machine, not of the notebook."""
+KERNEL_START_ERRORS = ("Kernel died before replying to kernel_info", "Kernel didn't respond in")
 
 
 @dataclass
@@ -311,6 +315,12 @@ def execute(
     return Outcome(p.stem, False, seconds, output, failure_message(p.stem, output, tail), log, start)
 
 
+def kernel_never_started(log: list[str]) -> bool:
+    """True when papermill's log shows the kernel failing to start and no cell executing."""
+    return (any(err in line for line in log for err in KERNEL_START_ERRORS)
+            and not any("Executing Cell" in line for line in log))
+
+
 NEVER_PRUNED = frozenset({"run.json", "README.md", "SCORECARD.md"})
 """The figures folder's own files (run summary, gallery, scorecard): :func:`prune_stale` never removes them."""
 
@@ -420,6 +430,13 @@ def run(
         if stop.is_set():
             return None
         outcome = execute(p, profile, out_dir, echo, timeout_s, fresh, params_dir)
+        for attempt in range(2, KERNEL_START_TRIES + 1):
+            if outcome.ok or not kernel_never_started(outcome.log) or stop.is_set() or INTERRUPTED.is_set():
+                break
+            retry = f"[{p.stem}] its kernel died before running a cell; start {attempt} of {KERNEL_START_TRIES}"
+            bar.write(retry)
+            outcome = execute(p, profile, out_dir, echo, timeout_s, fresh, params_dir)
+            outcome.log.insert(0, retry)
         bar.update()
         bar.write(f"{'ok  ' if outcome.ok else 'FAIL'} {p.stem} ({outcome.seconds:.0f} s)" + ("" if outcome.ok else f": {outcome.error}"))
         if outcome.ok:  # a failed notebook keeps its old outputs: a failure loses nothing
