@@ -247,3 +247,58 @@ def test_llm_seeds_choose_the_llm_loops_and_must_be_among_the_agent_seeds(monkey
     for bad in ([3], []):
         with pytest.raises(ValueError, match="llm_seeds .* must be a non-empty subset of agent_seeds"):
             jobs.variant_grid(["paradigm"], [0, 1, 2], None, RUN, llm_seeds=bad)
+
+
+def _designed(label: str, seed: int, code: str | None) -> jobs.DesignRun:
+    failure = "" if code else "no valid reward in 2 tries"
+    return jobs.DesignRun(label, "paradigm", seed, Outcome([], code, None, failure))
+
+
+def test_each_agent_seed_trains_its_own_design_or_a_fewer_designs_row_in_turn():
+    search = [_designed("search", s, f"s{s}") for s in (0, 1, 2)]
+    search[1] = _designed("search", 1, None)  # no reward: that agent seed stays untrained
+    runs = {"one": [_designed("llm", 0, "a")], "two": [_designed("llm", 0, "a"), _designed("llm", 2, "b")],
+            "own": search, "none": [_designed("llm", 0, None)]}
+    rewards = jobs.trained_rewards(runs, [0, 1, 2, 3])
+    assert {k: v for k, v in rewards.items() if k[0] == "one"} == {("one", a): "a" for a in range(4)}
+    # own runs first (seeds 0 and 2), the rest in turn
+    assert [rewards[("two", a)] for a in range(4)] == ["a", "b", "b", "b"]
+    assert jobs.trained_rewards({"own": search}, [0, 1, 2]) == {("own", 0): "s0", ("own", 2): "s2"}
+    assert not any(k[0] == "none" for k in rewards)
+    shared = jobs.shared_designs(runs, [0, 1, 2, 3])
+    assert shared == {"one": "4 agents trained on the final reward of 1 design run (seed 0)",
+                      "two": "4 agents trained on the final reward of 2 design runs (seeds 0, 2)",
+                      "own": "4 agents trained on the final reward of 2 design runs (seeds 0, 2)"}
+    assert jobs.shared_designs({"own": search}, [0, 1, 2]) == {}
+
+
+def test_llm_direct_on_a_multi_line_case_runs_its_own_episodes_beside_the_fixed_controllers(monkeypatch):
+    from llmtraffic.bus import jobs as bus_jobs
+    from llmtraffic.bus import tables as bus_tables
+
+    monkeypatch.setattr(jobs, "from_config", lambda cfg: LLM(FixedBackend()))  # answers reward code: never a hold
+    fixed = bus_jobs.fixed_controllers(0.0)
+    run, rows, note = bus_jobs.llm_direct("case2", {}, {"backend": "fake", "model": "m"}, fixed, [3], 900.0, [0, 1], 14400.0)
+    assert note == "1 episode(s) of 0.25 h" and run.label == "LLM-direct · m (1 episode(s) of 0.25 h)"
+    assert sorted(rows["method"].unique()) == sorted([run.label, *fixed]) and set(rows["seed"]) == {3}
+    mine = rows[rows["method"] == run.label]
+    assert list(mine["line"]) == ["line 1", "line 52", "overall"]
+    assert mine["decisions"].isna().tolist() == [True, True, False]  # the episode's counts sit on its overall row
+    cost = jobs.direct_cost(run)
+    assert cost["episodes"] == 1 and cost["decisions"] == cost["unreadable answers"] == run.usage["calls"] > 0
+    # an LLM that never names a hold releases every bus: the same episode as no holding
+    same = rows.set_index(["method", "line"])["travel_time_s"]
+    assert same[(run.label, "overall")] == same[("no holding", "overall")]
+    assert set(bus_tables.measured(rows)) <= set(bus_tables.COLUMNS) and "travel_time_s" in bus_tables.measured(rows)
+    # on the table's own episodes: no note, no references (the table has them)
+    run, rows, note = bus_jobs.llm_direct("case2", {}, {"backend": "fake", "model": "m"}, fixed, [0], 900.0, [0], 900.0)
+    assert note == "" and set(rows["method"]) == {run.label} == {"LLM-direct · m"}
+    run, rows, note = bus_jobs.llm_direct("case2", {}, None, fixed, [0], 900.0, [0, 1], 14400.0)
+    assert run.unavailable == jobs.NEEDS_LLM and rows.empty
+
+
+def test_measured_columns_leave_out_a_measure_some_row_lacks():
+    from llmtraffic.bus import tables as bus_tables
+
+    rows = pd.DataFrame({"travel_time_s": [1.0, 2.0], "headway_sd_s": [3.0, float("nan")], "incomplete_share": [0.0, 1.0]})
+    assert list(bus_tables.measured(rows)) == ["travel_time_s", "incomplete_share"]

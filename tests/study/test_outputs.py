@@ -361,3 +361,12 @@ def test_a_figure_of_rows_with_their_own_seeds_stamps_those_not_the_notebooks(ct
     assert meta["rows"] == "backbone tiny · agent_seeds [0, 1, 2]"
     svg = (outdirs / "figures" / "fx_plot" / "own.svg").read_text()
     assert "agent_seeds [0, 1, 2]" in svg and "seeds [4, 5]" not in svg  # the notebook's seeds are not claimed
+
+
+def test_a_table_of_rows_with_their_own_seeds_and_backbone_says_those_in_its_footer(ctx, outdirs):
+    study.save_table(pd.DataFrame({"v": [1.0]}, index=["a"]), "own", descriptive=True,
+                     rows="backbone smollm2-135m · agent_seeds [0, 1, 2]")
+    md = (outdirs / "figures" / "fx_plot" / "own.md").read_text()
+    meta = json.loads((outdirs / "figures" / "fx_plot" / "own.json").read_text())
+    assert "\n_profile smoke · backbone smollm2-135m · agent_seeds [0, 1, 2]" in md
+    assert "seeds [4, 5]" not in md and meta["rows"] == "backbone smollm2-135m · agent_seeds [0, 1, 2]"

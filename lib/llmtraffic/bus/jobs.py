@@ -225,24 +225,25 @@ def evaluate_all(case: str, case_kwargs: dict, fixed: dict[str, Any], agents: di
     return pd.DataFrame([r for rows in found for r in rows])
 
 
-def llm_direct_rows(case: str, case_kwargs: dict, llm: dict | None, seeds: list[int],
-                    horizon_s: float | None = None, **tags: Any) -> pd.DataFrame:
-    """Test rows of the LLM-direct controller (App. A.5 prompt) with the configured LLM, run
-    serially (one client); an empty frame without ``llm`` (tables then show ``NEEDS_LLM``).
-    Unreadable answers release the bus and are counted in the ``direct_failures`` column."""
-    if llm is None:
-        return pd.DataFrame()
-    from ..llm import from_config
-    from .reward_design.direct import LLMDirect
-    from .reward_design.prompts import Setting
+def llm_direct(case: str, case_kwargs: dict, llm: dict | None, fixed: dict[str, Any], seeds: list[int],
+               horizon_s: float, table_seeds: list[int], table_horizon_s: float, paper_llm: str = "",
+               executor: str = "serial", jobs: int = 1):
+    """LLM-direct control (App. A.5 prompt) of a multi-line case on ``seeds`` of ``horizon_s``:
+    (:class:`~.reward_design.jobs.DirectRun`, its rows, a note). Each decision is a request, so a
+    profile may give it fewer or shorter episodes than the table's (``table_seeds`` of
+    ``table_horizon_s``): the note says so, the label carries it, and the ``fixed`` controllers run
+    on the same episodes beside it; otherwise the note is empty and the rows join the table's."""
+    from .reward_design.jobs import direct_run
 
-    client = from_config(llm)
-    rows = []
-    for seed in seeds:
-        direct = LLMDirect(client, Setting.of(make_scenario(case, **case_kwargs)))
-        found = evaluate_lines(case, case_kwargs, "LLM-direct", direct, seed, horizon_s, **tags)
-        rows += [{**r, "direct_failures": direct.failures} for r in found]
-    return pd.DataFrame(rows)
+    own = list(seeds) != list(table_seeds) or horizon_s != table_horizon_s
+    note = f"{len(seeds)} episode(s) of {horizon_s / scenarios.HOUR_S:g} h" if own else ""
+    run = direct_run(llm=llm, eval_seeds=list(seeds), horizon_s=horizon_s, scenario=case, case_kwargs=case_kwargs,
+                     paper_llm=paper_llm, note=note)
+    rows = pd.DataFrame(run.rows)
+    if own and not run.unavailable:
+        rows = pd.concat([rows, evaluate_all(case, case_kwargs, fixed, {}, list(seeds), executor, jobs, horizon_s)],
+                         ignore_index=True)
+    return run, rows, note
 
 
 def sensitivity(fixed: dict[str, Any], agents: dict[tuple[str, int], Agent], shares: list[float],

@@ -115,6 +115,12 @@ AUTHORS_COLUMNS = {DEFINITIONS[k]["authors"]: f"{v} [authors' definition]" for k
 """The same four measures under the bus authors' definitions (:data:`~llmtraffic.bus.metrics.DEFINITIONS`)."""
 
 
+def measured(rows: pd.DataFrame, columns: dict[str, str] = COLUMNS) -> dict[str, str]:
+    """The ``columns`` every row has a value of: a short episode may complete too few headways at
+    a stop for their SD, or no trip on a line."""
+    return {k: v for k, v in columns.items() if k in rows and rows[k].notna().all()}
+
+
 def line_table(rows: pd.DataFrame, methods: list[str], missing: dict[str, str] | None = None,
                columns: dict[str, str] = COLUMNS) -> pd.DataFrame:
     """Tables 5–6 layout: one row ``"<line> · <method>"`` per line (then overall) and method,

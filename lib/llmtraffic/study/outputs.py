@@ -255,7 +255,8 @@ def to_markdown(df: pd.DataFrame, paper: pd.DataFrame | dict | None = None) -> s
 
 
 def save_table(df: pd.DataFrame, name: str, paper: pd.DataFrame | dict | None = None, caption: str = "",
-               estimates: Mapping[str, stats.Estimate] | None = None, descriptive: bool = False) -> Path:
+               estimates: Mapping[str, stats.Estimate] | None = None, descriptive: bool = False,
+               rows: str | None = None) -> Path:
     """Save ``df`` as ``figures/<stem>/<name>.csv`` and ``.md`` with a provenance sidecar.
 
     ``paper`` holds the paper's reported values in the layout of ``df``; the CSV then carries
@@ -266,6 +267,8 @@ def save_table(df: pd.DataFrame, name: str, paper: pd.DataFrame | dict | None = 
     builders fill) with their per-run values in the sidecar, and its caption must state the
     interval and n with its unit (:func:`~llmtraffic.study.stats.check_caption`). A table without
     a comparison (parameters, reference values, a one-seed sweep) says ``descriptive=True``.
+    ``rows`` replaces the notebook's seeds and backbone in the footer for a table whose rows ran with
+    their own, as in :func:`save_figure`.
     """
     ctx = current()
     found = dict(df.attrs.get("estimates", {}) if estimates is None else estimates)
@@ -278,8 +281,10 @@ def save_table(df: pd.DataFrame, name: str, paper: pd.DataFrame | dict | None = 
                              "df.attrs['estimates']); a table without a comparison says descriptive=True")
         stats.check_caption(caption, found.values())
     meta = provenance.record(ctx.out_dir)
+    if rows:
+        meta = {**meta, "rows": rows}
     table = compare(df, paper) if paper is not None else df
-    md = (f"**{caption}**\n\n" if caption else "") + to_markdown(df, paper) + f"\n_{_label(ctx, meta)}_\n"
+    md = (f"**{caption}**\n\n" if caption else "") + to_markdown(df, paper) + f"\n_{_label(ctx, meta, rows)}_\n"
     files = {f"{name}.csv": table.to_csv().encode(), f"{name}.md": md.encode()}
     record = {"format": STATS_FORMAT, "descriptive": descriptive, "estimates": {k: e.as_dict() for k, e in found.items()}}
     _save_unit(ctx, "table", name, caption, files, {**meta, "has_paper_values": paper is not None, "stats": record})

@@ -120,6 +120,36 @@ class DesignRun:
         return not self.unavailable and self.outcome is not None and self.outcome.ok
 
 
+def trained_rewards(runs: dict[str, list[DesignRun]], agent_seeds: list[int]) -> dict[tuple[str, int], str]:
+    """(row label, agent seed) → the final reward code that agent seed trains. A row with a design
+    run per agent seed trains each run's own reward. A row with fewer runs (an LLM row: each request
+    costs minutes of CPU here) trains its runs' rewards in turn, an agent seed's own run first, so
+    that the row still has an agent per agent seed; :func:`shared_designs` says so."""
+    out: dict[tuple[str, int], str] = {}
+    for label, g in runs.items():
+        done = {r.seed: r for r in g if r.has_reward}
+        if {r.seed for r in g} >= set(agent_seeds):
+            out |= {(label, seed): r.outcome.final_code for seed, r in done.items()}
+        elif done:
+            kept = list(done.values())
+            out |= {(label, a): done.get(a, kept[i % len(kept)]).outcome.final_code for i, a in enumerate(agent_seeds)}
+    return out
+
+
+def shared_designs(runs: dict[str, list[DesignRun]], agent_seeds: list[int]) -> dict[str, str]:
+    """Row label → ``"5 agents trained on the final reward of 1 design run (seed 0)"`` for the
+    rows whose agents share design runs (:func:`trained_rewards`): their intervals cover training,
+    not design, variation."""
+    out = {}
+    for label, g in runs.items():
+        done = [r.seed for r in g if r.has_reward]
+        if done and not {r.seed for r in g} >= set(agent_seeds):
+            runs_ = "1 design run" if len(done) == 1 else f"{len(done)} design runs"
+            out[label] = (f"{len(agent_seeds)} agents trained on the final reward of {runs_} "
+                          f"(seed{'' if len(done) == 1 else 's'} {', '.join(map(str, done))})")
+    return out
+
+
 def _setup(scenario: str, dqn: dict, seed: int, design_seeds: list[int], horizon_s: float | None,
            train_horizon_s: float | None) -> DesignSetup:
     return DesignSetup(scenario=SCENARIOS[scenario](), dqn=DQNConfig(**{**dqn, "seed": seed}),
@@ -224,32 +254,41 @@ class DirectRun:
 
 
 def direct_run(*, llm: dict | None, eval_seeds: list[int], horizon_s: float | None = None,
-               scenario: str = "case1", paper_llm: str = "", note: str = "") -> DirectRun:
-    """The LLM-direct controller on ``eval_seeds`` (serially: one client), labelled with the model,
-    the paper's LLM it stands in for and ``note`` (e.g. fewer or shorter episodes than other rows).
-    Each row also holds the LLM wall time of its episode (``llm_s``): one request per decision."""
+               scenario: str = "case1", case_kwargs: dict | None = None, paper_llm: str = "", note: str = "") -> DirectRun:
+    """The LLM-direct controller on ``eval_seeds`` (serially: one client; every request in the
+    cassette), labelled with the model, the paper's LLM it stands in for and ``note`` (e.g. fewer
+    or shorter episodes than other rows). Case 1 gives a row per episode; a multi-line case
+    (``case2``, ``case3``) a row per line and ``overall`` (:func:`~llmtraffic.bus.jobs.evaluate_lines`).
+    An episode's last row also holds its decisions, unreadable answers and LLM wall time
+    (``llm_s``): one request per decision."""
     if llm is None:
         return DirectRun("LLM-direct", unavailable=NEEDS_LLM)
-    case = SCENARIOS[scenario]()
+    from ..jobs import evaluate_lines, make_scenario
+
+    kwargs = case_kwargs or {}
     model = from_config(with_cassette(llm))
     label = f"LLM-direct · {designer_label(llm, paper_llm)}" + (f" ({note})" if note else "")
     rows = []
     for seed in eval_seeds:
+        case = make_scenario(scenario, **kwargs)
         controller = LLMDirect(model, Setting.of(case), name=label)
         before = model.usage().latency_s
-        rows.append({"method": label, "seed": seed, **evaluate(case, controller, seed, horizon_s),
-                     "decisions": controller.decisions, "failures": controller.failures,
-                     "llm_s": model.usage().latency_s - before})
+        found = ([{"method": label, "seed": seed, **evaluate(case, controller, seed, horizon_s)}] if scenario == "case1"
+                 else evaluate_lines(scenario, kwargs, label, controller, seed, horizon_s))
+        found[-1].update(decisions=controller.decisions, failures=controller.failures,
+                         llm_s=model.usage().latency_s - before)
+        rows += found
     return DirectRun(label, rows, model.usage().as_dict())
 
 
 def direct_cost(run: DirectRun) -> dict:
     """What one holding decision of the LLM-direct controller costs: decisions, unreadable answers,
     requests, tokens and LLM seconds, in all and per decision."""
-    decisions = sum(r["decisions"] for r in run.rows)
+    episodes = [r for r in run.rows if "decisions" in r]
+    decisions = sum(r["decisions"] for r in episodes)
     u = run.usage or {}
     per = max(decisions, 1)
-    return {"episodes": len(run.rows), "decisions": decisions, "unreadable answers": sum(r["failures"] for r in run.rows),
+    return {"episodes": len(episodes), "decisions": decisions, "unreadable answers": sum(r["failures"] for r in episodes),
             "requests": u.get("calls", 0), "prompt tokens per decision": round(u.get("prompt_tokens", 0) / per, 1),
             "completion tokens per decision": round(u.get("completion_tokens", 0) / per, 1),
             "LLM s per decision": round(u.get("latency_s", 0.0) / per, 2), "LLM s in all": round(u.get("latency_s", 0.0), 1)}
