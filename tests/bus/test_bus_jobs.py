@@ -2,7 +2,8 @@
 
 import pytest
 
-from llmtraffic.bus.jobs import Agent, dqn_config, make_scenario, train_all
+from llmtraffic.bus.jobs import Agent, dqn_config, train_all
+from llmtraffic.bus.scenarios import by_name
 
 
 def test_overlapping_validation_seeds_are_refused_before_training():
@@ -19,7 +20,7 @@ def test_an_unavailable_agent_says_why_when_asked_for_a_controller():
 
 def test_names_and_settings_are_checked():
     with pytest.raises(ValueError, match="unknown case 'case9'"):
-        make_scenario("case9")
+        by_name("case9")
     with pytest.raises(ValueError, match=r"unknown dqn setting\(s\) \['layers'\]"):
         dqn_config({"layers": 3}, 0)
     assert dqn_config({"episodes": 3}, 7).seed == 7

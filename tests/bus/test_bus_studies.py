@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from llmtraffic.bus import jobs, scenarios, simulate, tables
+from llmtraffic.bus import evaluation, jobs, scenarios, simulate, tables
 from llmtraffic.bus.controllers import NoHolding
 from llmtraffic.bus.reward_design.jobs import NEEDS_LLM
 from llmtraffic.bus.sim import draw_passengers
@@ -59,7 +59,7 @@ def test_case2_has_27_stops_per_line_and_8_shared_pairs():
 
 
 def _rows_of(sc, case, kwargs):
-    return pd.DataFrame(jobs.evaluate_lines(case, kwargs, "no holding", NoHolding(), 0, horizon_s=3600.0))
+    return pd.DataFrame(evaluation.evaluate_lines(case, kwargs, "no holding", NoHolding(), 0, horizon_s=3600.0))
 
 
 def test_case3_shared_stops_are_listed_by_name_with_their_lines():
@@ -181,7 +181,7 @@ def test_bad_settings_raise_clear_errors():
     with pytest.raises(ValueError, match=r"val_seeds overlap eval_seeds at \[0\]"):
         jobs.case2_agents(None, TINY_DQN, {"iterations": 1}, [0], [100], [0], [0])
     with pytest.raises(ValueError, match="unknown case 'case9'"):
-        jobs.make_scenario("case9")
+        scenarios.by_name("case9")
     with pytest.raises(ValueError, match=r"unknown dqn setting\(s\) \['layers'\]"):
         jobs.dqn_config({"layers": [3]}, 0)
 
@@ -219,5 +219,5 @@ def test_authors_definitions_per_line_add_up_to_the_overall_ones():
     counts = [int((owner == ln.name).sum()) for ln in scenarios.case2().lines]
     weighted = sum(c * two["by_line"][ln.name]["travel_time_censored_s"] for c, ln in zip(counts, scenarios.case2().lines))
     assert weighted / sum(counts) == pytest.approx(two["travel_time_censored_s"])
-    rows = pd.DataFrame(jobs.evaluate_lines("case2", {}, "feedback", Feedback(), 3, horizon_s=3600.0))
+    rows = pd.DataFrame(evaluation.evaluate_lines("case2", {}, "feedback", Feedback(), 3, horizon_s=3600.0))
     assert rows.set_index("line").at["line 1", "travel_time_censored_s"] == two["by_line"]["3436"]["travel_time_censored_s"]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from .metrics import DEFINITIONS
-from .scenarios import Scenario
+from .scenarios import Scenario, by_name
 from .sim import simulate
 
 MEASURES = {
@@ -37,6 +40,32 @@ def evaluate_method(method: str, controller, scenario: Scenario, seed: int, hori
     """:func:`evaluate` labelled with its method, seed and ``tags`` (e.g. ``agent_seed``; one job
     of a seeds × methods grid)."""
     return {"method": method, "seed": seed, **tags, **evaluate(scenario, controller, seed, horizon_s)}
+
+
+def evaluate_lines(case: str, case_kwargs: dict, method: str, controller, seed: int,
+                   horizon_s: float | None = None, **tags: Any) -> list[dict]:
+    """One test episode → one row per line and an ``overall`` row: the §5.1 measures under our
+    and the authors' definitions (:data:`~llmtraffic.bus.metrics.DEFINITIONS`), the incomplete
+    share (in %) and, overall, the service-failure share (in %), tagged with method, seed and
+    ``tags`` (e.g. ``agent_seed``). The overall row also holds the headway SD at shared stops
+    (``shared_headway_sd_s``, NaN without shared stops), the headway-implied and regular waits
+    (room for holding) and the per-stop headway SD (``by_stop``)."""
+    scenario = by_name(case, **case_kwargs)
+    m = simulate(scenario, controller, seed=seed, horizon_s=horizon_s).metrics
+    base = {**tags, "method": method, "seed": seed}
+
+    def row(line: str, values: dict) -> dict:
+        authors = {d["authors"]: values[d["authors"]] for d in DEFINITIONS.values()}
+        return {**base, "line": line, **{k: values[k] for k in MEASURES}, **authors,
+                "incomplete_share": 100.0 * values["incomplete_share"]}
+
+    rows = [row(scenario.line(name).label, values) for name, values in m["by_line"].items()]
+    overall = row("overall", m)
+    overall["service_failure_share"] = 100.0 * m["service_failure_share"]
+    overall["implied_wait_s"], overall["regular_wait_s"] = m["implied_wait_s"], m["regular_wait_s"]
+    overall["shared_headway_sd_s"] = m["shared_stops"]["headway_sd_s"] if m["shared_stops"] else math.nan
+    overall["by_stop"] = m["by_stop"]
+    return rows + [overall]
 
 
 def mean_std_table(rows: pd.DataFrame, methods: list[str]) -> pd.DataFrame:

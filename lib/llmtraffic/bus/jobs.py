@@ -1,13 +1,13 @@
 """Cached experiment jobs of the bus study, each returning a dataclass.
 
-Jobs take scenario *names* and keyword arguments (:func:`make_scenario`) and plain dicts, so they
-are cheap to send to worker processes and their arguments double as cache keys; the keys also
-carry a digest of the source they depend on, so editing the simulator or the DQN retrains.
+Jobs take scenario *names* and keyword arguments (:func:`~llmtraffic.bus.scenarios.by_name`) and
+plain dicts, so they are cheap to send to worker processes and their arguments double as cache
+keys; the keys also carry a digest of the source they depend on, so editing the simulator or the
+DQN retrains.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,17 +19,8 @@ from ..rl import dqn as rl_dqn
 from ..rl.dqn import DQNConfig, GreedyPolicy
 from . import env, metrics, rewards, scenarios, sim, training
 from .controllers import Feedback, NoHolding
-from .evaluation import MEASURES
+from .evaluation import evaluate_lines
 from .training import DQNController, check_disjoint, train_validated
-
-
-def make_scenario(case: str, **kwargs: Any) -> scenarios.Scenario:
-    """``case1`` / ``case2`` / ``case3`` / ``generic`` (with ``index``) by name."""
-    builders = {"case1": scenarios.case1, "case2": scenarios.case2, "case3": scenarios.case3,
-                "generic": scenarios.generic}
-    if case not in builders:
-        raise ValueError(f"unknown case {case!r}; known: {sorted(builders)}")
-    return builders[case](**kwargs)
 
 
 def dqn_config(dqn: dict, seed: int) -> DQNConfig:
@@ -77,7 +68,7 @@ def train_job(method: str, case: str, case_kwargs: dict, reward: str, dqn: dict,
                   source=source())
 
     def build() -> Agent:
-        scenario, cfg = make_scenario(case, **case_kwargs), dqn_config(dqn, agent_seed)
+        scenario, cfg = scenarios.by_name(case, **case_kwargs), dqn_config(dqn, agent_seed)
         if reward in rewards.REWARDS:
             trained = train_validated(scenario, reward, cfg, val_seeds, horizon_s=train_horizon_s,
                                       val_horizon_s=val_horizon_s)
@@ -184,32 +175,6 @@ def fixed_controllers(feedback_slack_s: float) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- test episodes
-
-
-def evaluate_lines(case: str, case_kwargs: dict, method: str, controller, seed: int,
-                   horizon_s: float | None = None, **tags: Any) -> list[dict]:
-    """One test episode → one row per line and an ``overall`` row: the §5.1 measures under our
-    and the authors' definitions (:data:`~llmtraffic.bus.metrics.DEFINITIONS`), the incomplete
-    share (in %) and, overall, the service-failure share (in %), tagged with method, seed and
-    ``tags`` (e.g. ``agent_seed``). The overall row also holds the headway SD at shared stops
-    (``shared_headway_sd_s``, NaN without shared stops), the headway-implied and regular waits
-    (room for holding) and the per-stop headway SD (``by_stop``)."""
-    scenario = make_scenario(case, **case_kwargs)
-    m = sim.simulate(scenario, controller, seed=seed, horizon_s=horizon_s).metrics
-    base = {**tags, "method": method, "seed": seed}
-
-    def row(line: str, values: dict) -> dict:
-        authors = {d["authors"]: values[d["authors"]] for d in metrics.DEFINITIONS.values()}
-        return {**base, "line": line, **{k: values[k] for k in MEASURES}, **authors,
-                "incomplete_share": 100.0 * values["incomplete_share"]}
-
-    rows = [row(scenario.line(name).label, values) for name, values in m["by_line"].items()]
-    overall = row("overall", m)
-    overall["service_failure_share"] = 100.0 * m["service_failure_share"]
-    overall["implied_wait_s"], overall["regular_wait_s"] = m["implied_wait_s"], m["regular_wait_s"]
-    overall["shared_headway_sd_s"] = m["shared_stops"]["headway_sd_s"] if m["shared_stops"] else math.nan
-    overall["by_stop"] = m["by_stop"]
-    return rows + [overall]
 
 
 def evaluate_all(case: str, case_kwargs: dict, fixed: dict[str, Any], agents: dict[tuple[str, int], Agent],

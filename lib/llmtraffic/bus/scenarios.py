@@ -521,3 +521,12 @@ def corridor_share(scenario: Scenario) -> float:
         inside += float((rates[:, None] * np.asarray(ln.od) * np.outer(on, on)).sum())
         total += float(rates.sum())
     return inside / total
+
+
+def by_name(case: str, **kwargs) -> Scenario:
+    """``case1`` / ``case2`` / ``case3`` / ``generic`` (with ``index``) by name."""
+    builders = {"case1": case1, "case2": case2, "case3": case3,
+                "generic": generic}
+    if case not in builders:
+        raise ValueError(f"unknown case {case!r}; known: {sorted(builders)}")
+    return builders[case](**kwargs)

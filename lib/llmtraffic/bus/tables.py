@@ -20,8 +20,8 @@ import pandas as pd
 from ..study import stats
 from .evaluation import MEASURES
 from .metrics import DEFINITIONS
-from .jobs import PER_AGENT, make_scenario
-from .scenarios import Scenario
+from .jobs import PER_AGENT
+from .scenarios import Scenario, by_name
 
 NEVER_HOLDS = "never holds (equals no holding)"
 
@@ -170,7 +170,7 @@ def reductions(rows: pd.DataFrame, ours: str, baselines: list[str], measure: str
 def shared_stop_sd(rows: pd.DataFrame, case: str, case_kwargs: dict) -> pd.DataFrame:
     """Mean over seeds of the headway SD at each shared stop, per line serving it (rows
     ``"<line label> @ <stop>"``) and method (columns)."""
-    scenario = make_scenario(case, **case_kwargs)
+    scenario = by_name(case, **case_kwargs)
     shared = set(scenario.shared_nodes)
     overall = rows[rows["line"] == "overall"]
     out = {}

@@ -35,7 +35,7 @@ from ...llm.models import MODELS, title
 from ...rl.dqn import DQNConfig
 from .. import scenarios
 from ..controllers import Feedback, NoHolding
-from ..evaluation import evaluate
+from ..evaluation import evaluate, evaluate_lines
 from ..scenarios import Scenario
 from . import designer as llm_designer, variants
 from .direct import LLMDirect
@@ -258,19 +258,17 @@ def direct_run(*, llm: dict | None, eval_seeds: list[int], horizon_s: float | No
     """The LLM-direct controller on ``eval_seeds`` (serially: one client; every request in the
     cassette), labelled with the model, the paper's LLM it stands in for and ``note`` (e.g. fewer
     or shorter episodes than other rows). Case 1 gives a row per episode; a multi-line case
-    (``case2``, ``case3``) a row per line and ``overall`` (:func:`~llmtraffic.bus.jobs.evaluate_lines`).
+    (``case2``, ``case3``) a row per line and ``overall`` (:func:`~llmtraffic.bus.evaluation.evaluate_lines`).
     An episode's last row also holds its decisions, unreadable answers and LLM wall time
     (``llm_s``): one request per decision."""
     if llm is None:
         return DirectRun("LLM-direct", unavailable=NEEDS_LLM)
-    from ..jobs import evaluate_lines, make_scenario
-
     kwargs = case_kwargs or {}
     model = from_config(with_cassette(llm))
     label = f"LLM-direct · {designer_label(llm, paper_llm)}" + (f" ({note})" if note else "")
     rows = []
     for seed in eval_seeds:
-        case = make_scenario(scenario, **kwargs)
+        case = scenarios.by_name(scenario, **kwargs)
         controller = LLMDirect(model, Setting.of(case), name=label)
         before = model.usage().latency_s
         found = ([{"method": label, "seed": seed, **evaluate(case, controller, seed, horizon_s)}] if scenario == "case1"
