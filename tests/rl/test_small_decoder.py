@@ -7,7 +7,9 @@ import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from llmtraffic.llm.tiny import TinySpec, build_tiny
-from llmtraffic.rl.small_decoder import SmallDecoder, nucleus, supports
+import torch.nn.functional as F
+
+from llmtraffic.rl.small_decoder import SmallDecoder, nucleus, shared_attention, supports
 
 CORPUS = ["Queue on north approach: 12 vehicles. Choose the next phase.", "<signal>2</signal> ETWT NTST"] * 4
 
@@ -33,6 +35,31 @@ def test_logits_of_prefill_and_each_cached_step_equal_the_models():
             logits, cache = decoder.forward(more[:, j : j + 1], cache)
             assert torch.allclose(logits[0], full[ids.shape[1] + j], atol=1e-5)
         assert not torch.allclose(logits[0], full[ids.shape[1] - 1], atol=1e-3)  # positions matter
+
+
+def test_shared_attention_equals_attention_over_each_rows_own_copy_of_its_prompt():
+    g = torch.Generator().manual_seed(0)
+    prompts, n, kv_heads, group, length, steps, dim = 2, 3, 2, 3, 5, 4, 8
+    rows, heads = prompts * n, kv_heads * group
+    q = torch.randn(rows, heads, 1, dim, generator=g)
+    keys, values = (torch.randn(prompts, kv_heads, length, dim, generator=g) for _ in range(2))
+    own_keys, own_values = (torch.randn(rows, kv_heads, steps, dim, generator=g) for _ in range(2))
+    valid = torch.ones(prompts, length, dtype=torch.bool)
+    valid[1, :2] = False  # prompt 1 is left-padded by 2
+    padding = torch.zeros(prompts, length).masked_fill(~valid, float("-inf"))
+    out = shared_attention(q, keys, values, padding, own_keys, own_values)
+    # reference: every row with its own copy of its prompt's keys, padding masked out
+    k = torch.cat((keys.repeat_interleave(n, 0), own_keys), 2)
+    v = torch.cat((values.repeat_interleave(n, 0), own_values), 2)
+    mask = torch.cat((valid.repeat_interleave(n, 0), torch.ones(rows, steps, dtype=torch.bool)), 1)[:, None, None]
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    assert torch.allclose(out, expected, atol=1e-6)
+    # a row of prompt 1 ignores the padded keys: changing them changes nothing
+    keys[1, :, :2] += 100.0
+    assert torch.allclose(shared_attention(q, keys, values, padding, own_keys, own_values), out, atol=1e-6)
+    keys[0, :, :1] += 1.0  # prompt 0's keys are read by its rows only
+    moved = shared_attention(q, keys, values, padding, own_keys, own_values)
+    assert not torch.allclose(moved[:n], out[:n], atol=1e-4) and torch.allclose(moved[n:], out[n:], atol=1e-6)
 
 
 def test_greedy_answers_equal_generates_and_finished_rows_are_padded():

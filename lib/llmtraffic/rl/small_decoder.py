@@ -331,15 +331,33 @@ class SmallDecoder:
         mask = (causal[None] & valid[:, None, :])
         mask[:, :, start:] |= torch.eye(width, dtype=torch.bool)[None]
         cache = prefix.repeated(rows // self.models, width) if prefix is not None else None
-        logits, cache = self.forward(ids, cache, start + (columns[None] - offset[:, None]).clamp(min=0), mask[:, None])
+        logits, prompt = self.forward(ids, cache, start + (columns[None] - offset[:, None]).clamp(min=0), mask[:, None])
         if n > 1:  # each prompt's rows share its prefill; blocks stay contiguous per model
-            logits, lengths, valid = (t.repeat_interleave(n, 0) for t in (logits, lengths, valid))
+            logits, lengths = logits.repeat_interleave(n, 0), lengths.repeat_interleave(n, 0)
         gens = generators or [None] * rows
-        keys = torch.cat((valid, torch.ones(rows * n, max_new_tokens, dtype=torch.bool)), 1)[:, None, None, :]
-        return _decode(logits, cache.repeated(n, max_new_tokens), max_new_tokens, stop_ids, pad_id,
-                       lambda x: draw(x, temperature, top_p, top_k, gens),
-                       lambda token, step, cache: self.forward(token[:, None], cache, (lengths + step)[:, None],
-                                                               keys[..., : start + width + step + 1]), stop)
+        padding = torch.zeros(valid.shape).masked_fill(~valid, float("-inf"))
+        answers = KVCache.empty(len(self.layers), rows * n, self.kv_heads, self.head_dim, max_new_tokens)
+        return _decode(logits, answers, max_new_tokens, stop_ids, pad_id, lambda x: draw(x, temperature, top_p, top_k, gens),
+                       lambda token, step, answers: self._step(token, prompt, answers, (lengths + step)[:, None], padding),
+                       stop)
+
+    def _step(self, token: Tensor, prompt: KVCache, answers: KVCache, positions: Tensor,
+              padding: Tensor) -> tuple[Tensor, KVCache]:
+        """One decoding step of rows answering their prompts: logits after ``token`` (rows,) at
+        ``positions`` (rows, 1), and ``answers`` extended by it. The keys and values of the prompts
+        (``prompt``, one row per prompt, ``padding`` (prompts, keys): 0 or -inf) are read once for
+        all rows of a prompt (:func:`shared_attention`), not copied to each: with G = 8 they were
+        most of a SmolLM2 step's memory traffic after the weights."""
+        rope = (self.cos[positions][:, None], self.sin[positions][:, None])
+        h = F.embedding(token[:, None], self.embed)
+        for i, p in enumerate(self.layers):
+            q, k, v = self._qkv(h, p, {}, 0, rope)
+            k, v = answers.write(i, k, v)
+            attn = shared_attention(q, prompt.keys[i][:, :, : prompt.length], prompt.values[i][:, :, : prompt.length],
+                                    padding, k, v)
+            h = self._rest(h, attn, p, {})
+        answers.length += 1
+        return self.output(self._rms(h[:, -1], self.norm)), answers
 
     def _prefix(self, prompts: list[Tensor]) -> tuple[int, KVCache | None]:
         """The length of the prompts' common prefix (leaving each at least one token after it)
@@ -386,6 +404,29 @@ class _FrozenBelow:
 
     def __exit__(self, *exc) -> None:
         torch.set_grad_enabled(self.grad)
+
+
+def shared_attention(q: Tensor, keys: Tensor, values: Tensor, padding: Tensor, own_keys: Tensor,
+                     own_values: Tensor) -> Tensor:
+    """Attention of one new position per row, ``q`` (rows, heads, 1, head_dim), over its prompt's
+    keys and values (prompts, kv_heads, length, head_dim), shared by the rows/prompts consecutive
+    rows of each prompt, with ``padding`` (prompts, length) added to their scores, then over the
+    row's own (rows, kv_heads, steps, head_dim); one softmax over both, as over the concatenated
+    keys. A query head h reads key head h // (heads / kv_heads), as ``enable_gqa`` does."""
+    rows, heads, _, dim = q.shape
+    prompts, kv_heads, length, _ = keys.shape
+    n, group = rows // prompts, heads // kv_heads
+    scale = dim**-0.5
+    # the n rows × group heads of a prompt and key head query its keys as one matrix
+    shared = (q.view(prompts, n, kv_heads, group, dim).transpose(1, 2).reshape(prompts, kv_heads, n * group, dim)
+              @ keys.transpose(-1, -2)) * scale + padding[:, None, None]
+    shared = shared.view(prompts, kv_heads, n, group, length).transpose(1, 2).reshape(rows, kv_heads, group, length)
+    own = (q.view(rows, kv_heads, group, dim) @ own_keys.transpose(-1, -2)) * scale
+    weights = torch.cat((shared, own), -1).softmax(-1)
+    on_prompt, on_own = weights.split([length, own.shape[-1]], -1)
+    on_prompt = on_prompt.view(prompts, n, kv_heads, group, length).transpose(1, 2).reshape(prompts, kv_heads, n * group, length)
+    out = (on_prompt @ values).view(prompts, kv_heads, n, group, dim).transpose(1, 2).reshape(rows, kv_heads, group, dim)
+    return (out + on_own @ own_values).reshape(rows, heads, 1, dim)
 
 
 Stop = Callable[[Tensor], Tensor]
@@ -496,6 +537,11 @@ class KVCache:
         out = t.new_empty(rows, n, heads, length + room, dim)
         out[:, :, :, :length] = t[:, None]
         return out.view(rows * n, heads, length + room, dim)
+
+    @classmethod
+    def empty(cls, layers: int, rows: int, heads: int, dim: int, room: int) -> KVCache:
+        """A cache of no positions yet, with room for ``room``."""
+        return cls([(torch.empty(rows, heads, 0, dim), torch.empty(rows, heads, 0, dim))] * layers, room)
 
     def truncated(self, length: int, room: int) -> KVCache:
         """A new cache of the first ``length`` positions, with room for ``room`` more."""
