@@ -4,11 +4,10 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from llmtraffic.llm.tiny import TinySpec, build_tiny
-import torch.nn.functional as F
-
 from llmtraffic.rl.small_decoder import SmallDecoder, nucleus, shared_attention, supports
 
 CORPUS = ["Queue on north approach: 12 vehicles. Choose the next phase.", "<signal>2</signal> ETWT NTST"] * 4
