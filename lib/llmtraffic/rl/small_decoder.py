@@ -210,8 +210,11 @@ class SmallDecoder:
             raise ValueError(f"SmallDecoder.{what} runs one model; this decoder holds {self.models}")
 
     def output(self, h: Tensor) -> Tensor:
-        """The LM head: logits of hidden states ``h``."""
-        return F.linear(h, self.lm_head)
+        """The LM head: logits of hidden states ``h``, computed as ``lm_head @ h.T``. For the few
+        rows of a decoding step, PyTorch's CPU kernel splits that layout over threads where
+        ``F.linear`` ran on one (SmolLM2, 8 rows, 2 threads: 10 ms instead of 21 ms per step)."""
+        flat = h.reshape(-1, h.shape[-1])
+        return torch.mm(self.lm_head, flat.T).T.contiguous().view(*h.shape[:-1], -1)
 
     def _trunk(self, ids: Tensor, cache: KVCache | None, positions: Tensor | None = None,
                mask: Tensor | None = None) -> tuple[Tensor, KVCache]:
