@@ -1,25 +1,13 @@
-"""PPO for a causal language-model policy with LoRA adapters (OracleTSC §3.2, A.2, eq. 16, Alg. 1).
+"""``LMPolicy``: a causal LM with LoRA adapters and a value head (OracleTSC §3.2, Alg. 1).
 
-Read top to bottom:
-
-1. ``PPOConfig``: every hyperparameter (Table 8 / A.2 defaults).
-2. Math on token tensors: K3 KL, token rewards (eq. 1), GAE (eqs. 3–4), the clipped
-   surrogate (eqs. 2, 16), the clipped value loss (eq. 5).
-3. ``ValueHead`` (A.2) and ``load_policy_model`` (optional 4-bit NF4 base through bitsandbytes).
-4. ``LMPolicy``: one batched ``generate`` of G answers per decision (Alg. 1, the first answer
-   is the action), the buffer entry it stores (``Exchange``), the PPO update, checkpoints.
-
-Each decision is an independent exchange (§3.2): GAE runs over the tokens of one answer and
-the decision's reward sits on its last token; nothing is propagated across decisions.
+Read top to bottom: the buffer entry (``Exchange``); the rollout, one batched generate of G
+answers per decision whose first answer is the action; scoring the rollout (log pi_old,
+log pi_ref, V_old); the PPO update (eqs. 5, 6, 16 from :mod:`.objective`); checkpoints.
 """
 
 from __future__ import annotations
 
 import copy
-
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,313 +15,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import small_decoder
-from .small_decoder import SmallDecoder, common_prefix
-
-# ----------------------------------------------------------------------------- configuration
-
-
-@dataclass
-class PPOConfig:
-    """PPO hyperparameters; defaults are the paper's (A.2, Table 8 Qwen3-0.6B/Cologne1)."""
-
-    group_size: int = 8
-    """G: answers sampled per decision in one batched generate call (§3.4, Table 12)."""
-    max_new_tokens: int = 512
-    """O: longest answer in tokens."""
-    temperature: float = 1.0
-    """Sampling temperature (0 = greedy). Log-probabilities use the same scaled logits."""
-    top_p: float = 1.0
-    """Nucleus sampling mass (1 = off)."""
-    top_k: int = 0
-    """Top-k sampling (0 = off)."""
-    thinking: bool = False
-    """Let a backbone with a thinking mode (Qwen3) think before answering. Off by default: the
-    prompt already asks for step-by-step analysis in the visible answer, and a thinking block
-    uses up the paper's 512 new tokens before the ``<signal>`` tag (see
-    :func:`llmtraffic.signal.oracle_training.chat_prompter`)."""
-    prompt: str = "paper"
-    """Prompt style of a chat backbone: ``paper`` (A.4 + A.5) or ``brief`` (one line per phase,
-    answer only; see :data:`llmtraffic.signal.prompt.STYLES`). Like ``thinking``, it shapes
-    what the policy reads, so runs that sample together must share it."""
-    prompt_history: int = 2
-    """State–action pairs of earlier decisions in the prompt (§3.1: the two most recent)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory for long prompts, ~30 % slower)."""
-    lora_rank: int = 16
-    """LoRA rank r on all linear layers (§4.1.3)."""
-    lora_layers: int = 0
-    """Adapt the top ``lora_layers`` decoder layers only (0 = every layer, the paper's §4.1.3):
-    an update then runs the frozen layers below them without gradients (a departure for speed
-    on the CPU, named in the labels where it is used)."""
-    stop_text: str = ""
-    """End an answer once it has written this text (e.g. ``</signal>``; "" = at the end-of-turn
-    token only, as the paper's answers end). Algorithm 2 reads the last valid tag, so stopping
-    at the first is a departure (a parameter, named in the labels where it is used)."""
-    lora_alpha: int = 32
-    """LoRA scaling numerator (alpha / r scales the adapter output)."""
-    lora_dropout: float = 0.0
-    """Dropout inside the adapters (0 keeps rollout and update log-probs identical)."""
-    load_in_4bit: bool = False
-    """Quantise the frozen base to 4-bit NF4 with bitsandbytes (QLoRA)."""
-    actor_lr: float = 2.5e-5
-    """Adapter learning rate (Table 8)."""
-    actor_weight_decay: float = 1e-6
-    """Adapter AdamW weight decay (Table 8)."""
-    critic_lr: float = 1e-5
-    """Value-head learning rate (A.2)."""
-    critic_weight_decay: float = 5e-7
-    """Value-head AdamW weight decay (A.2)."""
-    actor_max_grad_norm: float = 0.5
-    """Gradient-norm clip for the adapters (A.2)."""
-    critic_max_grad_norm: float = 5.0
-    """Gradient-norm clip for the value head (A.2)."""
-    clip_low: float = 0.2
-    """epsilon_l: the ratio is clipped below at 1 - clip_low (eq. 16)."""
-    clip_high: float = 0.2
-    """epsilon_u: the ratio is clipped above at 1 + clip_high (eq. 16, A.7)."""
-    value_clip: float = 0.2
-    """epsilon_v of the clipped value loss (eq. 5)."""
-    value_coef: float = 1.0
-    """alpha of the total loss (eq. 6, §4.1.3)."""
-    kl_beta: float = 0.05
-    """beta of the per-token KL penalty (eq. 1, A.2)."""
-    gamma: float = 0.999
-    """Discount over the tokens of one answer (§4.1.3)."""
-    gae_lambda: float = 0.95
-    """GAE lambda (eq. 4). The paper does not state its Table 1 value; Table 5 tries 0.7 and 1."""
-    epochs: int = 1
-    """Passes over the buffer per update (Alg. 1 makes one)."""
-    minibatch_size: int = 8
-    """B: exchanges per gradient step (Alg. 1)."""
-    use_critic: bool = True
-    """False = REINFORCE without a critic (Table 7): Monte-Carlo token returns as advantages
-    (with ``standardize_advantages=False`` also without Table 7's absent baseline)."""
-    standardize_advantages: bool = True
-    """Standardise advantages per minibatch (Alg. 1)."""
-    seed: int = 0
-    """Seeds adapter initialisation, value head, sampling and minibatch shuffling."""
-
-    def __post_init__(self) -> None:
-        if self.lora_layers < 0:
-            raise ValueError(f"PPOConfig.lora_layers must be >= 0 (0 = every layer), got {self.lora_layers}")
-        for name in ("group_size", "max_new_tokens", "lora_rank", "epochs", "minibatch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"PPOConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("clip_low", "clip_high", "value_clip", "kl_beta", "temperature"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"PPOConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if not 0 <= self.clip_low < 1:
-            raise ValueError(f"PPOConfig.clip_low must be in [0, 1), got {self.clip_low}")
-        for name in ("gamma", "gae_lambda"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"PPOConfig.{name} must be in [0, 1], got {getattr(self, name)}")
-
-
-# ----------------------------------------------------------------------------- token math
-
-
-def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """Per-token K3 estimate of KL(pi_theta || pi_ref) at the sampled tokens (A.2).
-
-    With r = pi_ref / pi_theta: k3 = r - log r - 1 >= 0, and 0 where the two agree. A.2 writes
-    the ratio as p/q; with samples drawn from pi_theta, q/p is the unbiased K3 (Schulman's
-    "Approximating KL divergence"); both are >= 0 and vanish together.
-    """
-    log_r = ref_logp - logp
-    return torch.exp(log_r) - log_r - 1
-
-
-def token_rewards(final_reward: float, logp: Tensor, ref_logp: Tensor, beta: float) -> Tensor:
-    """Eq. 1: -beta * KL on every generated token, plus the decision reward on the last one."""
-    rewards = -beta * k3_kl(logp, ref_logp)
-    rewards[-1] = rewards[-1] + final_reward
-    return rewards
-
-
-def gae(rewards: Tensor, values: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
-    """Eqs. 3–4 over one answer: advantages and returns G_l = A_l + V(s_l), with V(s_{O+1}) = 0."""
-    advantages = torch.zeros_like(rewards)
-    next_value, running = 0.0, 0.0
-    for t in reversed(range(len(rewards))):
-        delta = rewards[t] + gamma * next_value - values[t]
-        running = delta + gamma * lam * running
-        advantages[t] = running
-        next_value = values[t]
-    return advantages, advantages + values
-
-
-def discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
-    """Monte-Carlo token returns, the REINFORCE advantages when there is no critic (Table 7)."""
-    returns = torch.zeros_like(rewards)
-    running = 0.0
-    for t in reversed(range(len(rewards))):
-        running = rewards[t] + gamma * running
-        returns[t] = running
-    return returns
-
-
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)
-
-
-def standardize(x: Tensor, mask: Tensor) -> Tensor:
-    """Zero mean, unit variance over the unmasked entries (Alg. 1 standardises per batch)."""
-    mean = masked_mean(x, mask)
-    var = masked_mean((x - mean) ** 2, mask)
-    return (x - mean) * torch.rsqrt(var + 1e-8) * mask
-
-
-def clipped_surrogate_loss(
-    logp: Tensor, old_logp: Tensor, advantages: Tensor, clip_low: float, clip_high: float, mask: Tensor
-) -> Tensor:
-    """-J_CLIP of eq. 16: ratio clipped to [1 - eps_l, 1 + eps_u], averaged over tokens."""
-    ratio = torch.exp(logp - old_logp)
-    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
-    return -masked_mean(torch.minimum(ratio * advantages, clipped * advantages), mask)
-
-
-def clipped_value_loss(values: Tensor, old_values: Tensor, returns: Tensor, value_clip: float, mask: Tensor) -> Tensor:
-    """J_value of eq. 5 in the usual PPO form: the new value may move at most eps_v from the
-    rollout's value before the loss stops rewarding the move.
-
-    Eq. 5 as printed clips V - G itself, whose square never exceeds the unclipped one, so the
-    max would be the plain squared error; clipping around the old value is what PPO
-    implementations (and the cited stabilisation) do.
-    """
-    moved = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
-    return 0.5 * masked_mean(torch.maximum((values - returns) ** 2, (moved - returns) ** 2), mask)
-
-
-# ----------------------------------------------------------------------------- networks
-
-
-class ValueHead(nn.Module):
-    """V_phi on the last hidden state: Linear(h, 2h) -> LeakyReLU(0.01) -> Linear(2h, 1) (A.2)."""
-
-    def __init__(self, hidden: int):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.LeakyReLU(0.01), nn.Linear(2 * hidden, 1))
-
-    def forward(self, h: Tensor) -> Tensor:
-        return self.net(h).squeeze(-1)
-
-
-def disable_cpu_repacking(model: nn.Module) -> int:
-    """Stop bitsandbytes from repacking 4-bit weights for CPU inference; returns layers touched.
-
-    bitsandbytes 0.50 on CPUs with AVX512-BF16 converts a ``Linear4bit`` weight into an
-    inference-only layout on its first no-grad forward (as in ``generate``) and never converts
-    back, so a later training forward crashes (layers with bias) or computes wrong gradients.
-    """
-    import bitsandbytes as bnb
-
-    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
-    for layer in layers:
-        layer.support_avx512bf16_for_cpu = False
-    return len(layers)
-
-
-def _is_4bit(model: nn.Module) -> bool:
-    import bitsandbytes as bnb
-
-    return any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
-
-
-def load_policy_model(source, load_in_4bit: bool = False, device: str | None = None):
-    """A causal LM from a path (or an in-memory model), optionally with a 4-bit NF4 base.
-
-    An in-memory model is saved to a temporary folder first, because bitsandbytes quantises
-    while loading weights.
-    """
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig, PreTrainedModel
-
-    if isinstance(source, PreTrainedModel) and not load_in_4bit:
-        return source.to(device) if device else source
-    if isinstance(source, PreTrainedModel):
-        with tempfile.TemporaryDirectory() as tmp:
-            source.save_pretrained(tmp)
-            return load_policy_model(tmp, load_in_4bit, device)
-    if not Path(source).exists():
-        raise FileNotFoundError(f"policy model path {source} does not exist")
-    quant = None
-    if load_in_4bit:
-        compute = torch.bfloat16 if device and device.startswith("cuda") else torch.float32
-        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute)
-    model = AutoModelForCausalLM.from_pretrained(source, quantization_config=quant, device_map=device or "cpu")
-    if load_in_4bit:
-        disable_cpu_repacking(model)
-    return model
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run with ``n`` torch CPU threads. Tiny models are fastest on one: on a shared 2-core
-    machine more threads mostly spin and wait (measured ~100x slower per small forward)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _adapted(modules) -> bool:
-    """Whether peft wrapped these projections with adapters (not with ``lora_layers`` below the top)."""
-    return all(hasattr(m, "lora_A") for m in modules)
-
-
-def pad_token_id(tokenizer) -> int:
-    """The id that fills padded positions: the tokenizer's pad token, else its EOS.
-
-    LLaMA-3-Instruct's tokenizer has no pad token. Padded positions are masked out of attention
-    and of every loss, so any valid id will do; EOS is always one.
-    """
-    for pad in (tokenizer.pad_token_id, tokenizer.eos_token_id):
-        if pad is not None:
-            return int(pad)
-    raise ValueError("the tokenizer has neither a pad nor an EOS token: cannot pad or end answers")
-
-
-def stop_token_ids(model, tokenizer) -> list[int]:
-    """Token ids that end an answer: the tokenizer's EOS and the model's generation-config EOS
-    ids (LLaMA-3-Instruct ends a turn with ``<|eot_id|>``, not its tokenizer's EOS)."""
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    eos = eos if isinstance(eos, list) else [eos]
-    ids = [tokenizer.eos_token_id, *eos]
-    out = list(dict.fromkeys(int(i) for i in ids if i is not None))
-    if not out:
-        raise ValueError("neither the tokenizer nor the model's generation config names an EOS token")
-    return out
-
-
-class StopText:
-    """Which answers have just written ``text`` (a :data:`small_decoder.Stop`), and where an
-    answer ends by it. Only a token that holds the text's last character can end it, so the
-    rows' tails are decoded only after such a token."""
-
-    def __init__(self, tokenizer, text: str):
-        self.tokenizer, self.text = tokenizer, text
-        pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
-        self.closing = torch.tensor([text[-1] in piece for piece in pieces])
-        self.tail = len(tokenizer(text, add_special_tokens=False).input_ids) + 2
-        """Tokens decoded to look for the text (its own tokenization, and a little more)."""
-
-    def __call__(self, out: Tensor) -> Tensor:
-        ended = torch.zeros(len(out), dtype=torch.bool)
-        for row in self.closing[out[:, -1].clamp(max=len(self.closing) - 1)].nonzero()[:, 0].tolist():
-            ended[row] = self.text in self.tokenizer.decode(out[row, -self.tail:])
-        return ended
-
-    def end(self, answer: Tensor) -> int | None:
-        """Tokens of ``answer`` up to the end of the first occurrence of the text, or None."""
-        for at in self.closing[answer.clamp(max=len(self.closing) - 1)].nonzero()[:, 0].tolist():
-            if self.text in self.tokenizer.decode(answer[max(0, at + 1 - self.tail) : at + 1]):
-                return at + 1
-        return None
-
-
-# ----------------------------------------------------------------------------- policy
+from .. import small_decoder
+from ..small_decoder import SmallDecoder, common_prefix
+from .config import PPOConfig
+from .model import StopText, ValueHead, is_4bit, load_policy_model, pad_token_id, stop_token_ids
+from .objective import (clipped_surrogate_loss, clipped_value_loss, discounted_returns, gae, k3_kl, masked_mean,
+                        standardize, token_rewards)
 
 
 @dataclass
@@ -376,7 +63,7 @@ class LMPolicy:
         self.stop_ids = stop_token_ids(model, tokenizer)
         self.pad_id = pad_token_id(tokenizer)
         self.stop = StopText(tokenizer, cfg.stop_text) if cfg.stop_text else None
-        if cfg.load_in_4bit and not _is_4bit(model):
+        if cfg.load_in_4bit and not is_4bit(model):
             model = load_policy_model(model, load_in_4bit=True)
         self._reference = SmallDecoder(model) if small_decoder.supports(model) else None
         """pi_ref (the base without adapters) for :meth:`score_pending`, where SmallDecoder runs
@@ -407,7 +94,7 @@ class LMPolicy:
         self.updates = 0
         self.pending: list[Exchange] = []
         """Exchanges sampled since the last update, not yet scored."""
-        self.merge_sampler = self.device.type == "cpu" and not _is_4bit(self.model)
+        self.merge_sampler = self.device.type == "cpu" and not is_4bit(self.model)
         """Sample from merged weights (see `_sampler`); False applies the adapters unmerged."""
         self._merged: nn.Module | SmallDecoder | None = None
         """The model with the adapters merged in, for sampling on CPU (see `_sampler`)."""
@@ -771,51 +458,3 @@ class LMPolicy:
         if not Path(path).exists():
             raise FileNotFoundError(f"checkpoint {path} does not exist")
         self.load_state_dict(torch.load(path, weights_only=False))
-
-
-class PolicyGroup:
-    """Several :class:`LMPolicy` of one base (agent seeds of a table row) that sample in one batch.
-
-    ``sample(prompts)`` gives each policy what its own :meth:`LMPolicy.sample` gives (drawn from
-    its own generator, recorded in its own buffer, up to float rounding of the batched
-    arithmetic), but where every policy samples through a :class:`SmallDecoder` (CPU), all of
-    them run as one stacked decoder: a decoder step of the surrogate costs about the same for
-    8 rows as for 40 (per-operation overhead), so training the seeds of a row together costs
-    little more per decision than training one. Elsewhere the policies sample one after the other.
-    """
-
-    def __init__(self, policies: list[LMPolicy]):
-        if not policies:
-            raise ValueError("PolicyGroup: no policies")
-        if len({p.decoding() for p in policies}) != 1:
-            raise ValueError("PolicyGroup: the policies decode differently (max_new_tokens, temperature, top_p, "
-                             "top_k or stop tokens); they cannot sample in one batch")
-        self.policies = list(policies)
-        self._samplers: list | None = None
-        self._stacked: SmallDecoder | None = None
-
-    def decoder(self) -> SmallDecoder | None:
-        """The policies' current samplers stacked (block i: policy i), or None where one of them
-        does not sample through a :class:`SmallDecoder`. Rebuilt when any adapter changed."""
-        samplers = [p._sampler() for p in self.policies]
-        if not all(isinstance(s, SmallDecoder) for s in samplers):
-            return None
-        if self._samplers is None or any(a is not b for a, b in zip(samplers, self._samplers, strict=True)):
-            self._samplers, self._stacked = samplers, SmallDecoder.stack(samplers)
-        return self._stacked
-
-    def sample(self, prompts: list[str], group_size: int | None = None) -> list[tuple[list[str], Exchange]]:
-        """``policies[i].sample(prompts[i], group_size)`` for every i, recorded for their updates."""
-        if len(prompts) != len(self.policies):
-            raise ValueError(f"PolicyGroup.sample: {len(prompts)} prompts for {len(self.policies)} policies")
-        sizes = {group_size or p.cfg.group_size for p in self.policies}
-        decoder = self.decoder() if len(self.policies) > 1 and len(sizes) == 1 else None
-        if decoder is None:
-            return [p.sample(q, group_size) for p, q in zip(self.policies, prompts)]
-        first, g = self.policies[0], sizes.pop()
-        cfg = first.cfg
-        ids = [first.tokenizer(q, return_tensors="pt", add_special_tokens=False).input_ids[0] for q in prompts]
-        gens = [torch.Generator().manual_seed(int(p.rng.integers(2**62))) for p in self.policies]
-        out = decoder.sample_each(ids, cfg.max_new_tokens, first.stop_ids, first.pad_id, cfg.temperature, cfg.top_p,
-                                  cfg.top_k, gens, n=g, stop=first.stop)
-        return [p._exchange(q, out[g * i : g * i + g], record=True) for i, (p, q) in enumerate(zip(self.policies, ids))]
