@@ -23,6 +23,11 @@ from .objective import (clipped_surrogate_loss, clipped_value_loss, discounted_r
                         standardize, token_rewards)
 
 
+def _adapted(modules) -> bool:
+    """Whether peft wrapped these projections with adapters (not with ``lora_layers`` below the top)."""
+    return all(hasattr(m, "lora_A") for m in modules)
+
+
 @dataclass
 class Exchange:
     """One decision in the buffer (Alg. 1): the prompt, the chosen (first) answer and what
