@@ -1,4 +1,4 @@
-"""``python -m llmtraffic.study {list,run,data,gallery,bench,verdicts}``.
+"""``python -m llmtraffic.study {list,run,data,gallery,bench,verdicts,verify}``.
 
 Exit status of ``run``: 0 all notebooks succeeded; 1 a notebook failed; 2 a setting that can
 never work (unknown profile or parameter, wrong type or range, malformed YAML, unknown LLM
@@ -9,6 +9,8 @@ Exit status of ``data``: 0 the data directory is complete; 1 files are missing (
 Exit status of ``bench``: 0 every benchmark succeeded; 1 one failed or ran past its limit (the
 others still ran, and the page shows which); 2 a setting that can never work (a malformed
 ``BENCH_*`` declaration, no benchmark matched, the page lacks its markers), and nothing ran.
+Exit status of ``verify``: 0 the outputs under figures/ come from one code version, none from
+uncommitted code; 1 they do not (the offending notebooks are listed); 2 no git history to check against.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import os
 import sys
 from pathlib import Path
 
-from . import bench, claims, data, gallery, provenance, runner
+from . import bench, claims, data, gallery, provenance, runner, verify
 from .params import DEFAULT_PROFILE, PROFILES, ParamError, load_profile, merge_settings, notebook_parameters
-from .paths import ROOT, data_dir
+from .paths import ROOT, data_dir, figures_dir
 from .preflight import ResourceError
 
 
@@ -94,6 +96,16 @@ def _bench(args) -> int:
     return 1 if failed else 0
 
 
+def _verify(args) -> int:
+    try:
+        report = verify.verify(args.figures)
+    except verify.NoHistoryError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report.text(), file=sys.stdout if report.ok else sys.stderr)
+    return 0 if report.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llmtraffic.study", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,11 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = sub.add_parser("verdicts", help="claims whose verdict changed between a commit and figures/")
     verdicts.add_argument("--before", default="main", help="git ref of the earlier claims (default main)")
     verdicts.add_argument("--after", type=Path, default=None, help="figures folder of the later claims (default figures/)")
+    ver = sub.add_parser("verify", help="check that figures/ holds the outputs of one committed code version")
+    ver.add_argument("--figures", type=Path, default=None, help="figures folder (default figures/)")
     args = parser.parse_args(argv)
     if args.command == "gallery":
         print(gallery.write())
+        if figures_dir().resolve() == (ROOT / "figures").resolve():
+            gallery.update_readme()
         return 0
     if args.command == "verdicts":
         print(claims.changed_text(claims.changed(claims.load_commit(args.before), claims.load(args.after))), end="")
         return 0
-    return {"list": _list, "run": _run, "data": _data, "bench": _bench}[args.command](args)
+    return {"list": _list, "run": _run, "data": _data, "bench": _bench, "verify": _verify}[args.command](args)

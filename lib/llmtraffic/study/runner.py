@@ -32,7 +32,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from ..paths import DATA_ENV, NEEDS_ENV, is_under
-from . import findings, gallery, provenance
+from . import findings, gallery, provenance, verify
 from .atomic import atomic_write_text, folder_lock
 from .data import ensure, files_under, folders_for, notebook_needs
 from .params import ParamError, check_profile, differences, load_profile, notebook_parameters, validate
@@ -475,12 +475,14 @@ def run(
     gallery.write()  # after every prune_stale: the gallery and scorecard list only what is left
     if figures_dir().resolve() == (ROOT / "figures").resolve():
         findings.update_readme()
+        gallery.update_readme()
     return outcomes + [Outcome(stem, False, 0.0, out_dir / f"{stem}.ipynb", f"{stem}: {why}", skipped=True)
                        for stem, why in skipped.items()]
 
 
 RUN_SUMMARY = "run.json"
-"""``figures/run.json``: the latest run's wall time and each notebook's latest time and outcome."""
+"""``figures/run.json``: the parts of the current code version (one per ``run``, with what it ran
+and its wall time) and each notebook's latest time and outcome."""
 
 
 def study_spans(ends: dict[str, float]) -> dict[str, float]:
@@ -501,32 +503,53 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _version_of(summary: dict) -> dict | None:
+    """The code version a run summary's parts come from; for a summary written before parts were
+    recorded, that of its last run's commit (None where git cannot tell)."""
+    if "parts" in summary:
+        return summary.get("code_version")
+    commit = (summary.get("last_run") or {}).get("commit")
+    trees = verify.code_trees(commit) if commit else None
+    return None if trees is None else {"id": verify.version_id(trees), "trees": trees, "dirty": False}
+
+
+def same_version(a: dict | None, b: dict | None) -> bool:
+    """Whether two recorded code versions are one (never when either is unknown or dirty)."""
+    return bool(a and b and not a.get("dirty") and not b.get("dirty") and a.get("id") == b.get("id"))
+
+
 def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[str] | None,
                run_start: float, cpu_s: float | None = None, speed: dict[str, float] | None = None,
                skipped: dict[str, str] | None = None) -> Path:
-    """Merge this run into ``figures/run.json`` (per notebook: the latest time, outcome and commit,
-    and when it started and ended, in seconds after ``run_start``; for the run: its CPU time,
-    the machine's :func:`~llmtraffic.study.provenance.speed_reference`, so that wall times of
-    different days compare, and the notebooks skipped for missing data, with why)."""
+    """Record this run in ``figures/run.json`` as a part of the current code version.
+
+    The parts list what each ``run`` ran and its wall and CPU time, the machine's
+    :func:`~llmtraffic.study.provenance.speed_reference` (so that wall times of different days
+    compare) and the notebooks skipped for missing data, with why. A run of the same code version
+    (:func:`~llmtraffic.study.verify.code_version`) as the recorded parts is appended to them; a
+    run of another version, or from uncommitted code, starts a new list. Per notebook: the latest
+    time, outcome and commit, and when it started and ended, in seconds after ``run_start``."""
     path = figures_dir() / RUN_SUMMARY
     try:
         summary = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         summary = {}
     commit = provenance.git_state()["commit"]
+    version = verify.code_version()
+    parts = gallery.parts(summary) if same_version(version, _version_of(summary)) else []
     notebooks = summary.get("notebooks", {})
     ends = {o.stem: round(o.started + o.seconds - run_start, 1) for o in outcomes}
     for o in outcomes:
         notebooks[o.stem] = {"ok": o.ok, "seconds": round(o.seconds, 1), "profile": profile, "commit": commit,
                              "error": o.error, "start_s": round(o.started - run_start, 1), "end_s": ends[o.stem],
                              "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(o.started + o.seconds))}
-    summary = {
-        "last_run": {"profile": profile, "only": only or [], "commit": commit, "wall_s": round(wall_s, 1),
-                     "jobs_failed": [o.stem for o in outcomes if not o.ok], "notebooks": len(outcomes),
-                     "skipped": dict(skipped or {}),
-                     "study_spans_s": study_spans(ends),
-                     "cpus": os.cpu_count(), "cpu_s": None if cpu_s is None else round(cpu_s, 1),
-                     "speed_reference": speed or {}},
-        "notebooks": dict(sorted(notebooks.items())),
-    }
+    parts.append({
+        "profile": profile, "only": only or [], "notebooks": [o.stem for o in outcomes], "commit": commit,
+        "dirty": None if version is None else version["dirty"], "wall_s": round(wall_s, 1),
+        "jobs_failed": [o.stem for o in outcomes if not o.ok], "skipped": dict(skipped or {}),
+        "study_spans_s": study_spans(ends), "cpus": os.cpu_count(), "cpu_s": None if cpu_s is None else round(cpu_s, 1),
+        "speed_reference": speed or {},
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(run_start + wall_s)),
+    })
+    summary = {"code_version": version, "parts": parts, "notebooks": dict(sorted(notebooks.items()))}
     return atomic_write_text(path, json.dumps(summary, indent=1) + "\n")
