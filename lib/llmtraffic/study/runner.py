@@ -37,6 +37,7 @@ from .atomic import atomic_write_text, folder_lock
 from .data import ensure, files_under, folders_for, notebook_needs
 from .params import ParamError, check_profile, differences, load_profile, notebook_parameters, validate
 from .paths import ROOT, figures_dir, runs_dir
+from . import plan as gpu_plan
 from .preflight import ResourceError, check_settings, resource_problems
 
 
@@ -96,17 +97,21 @@ def prioritise(notebooks: list[Path], first: list[str] | None = None) -> list[Pa
 
 
 def plan(
-    notebooks: list[Path], profile: str, params_dir: Path, overrides: dict[str, Any] | None = None
+    notebooks: list[Path], profile: str, params_dir: Path, overrides: dict[str, Any] | None = None, check: bool = True
 ) -> list[Plan]:
     """Resolve and validate the parameters of every notebook (types, constraints, settings that
-    can never work); raises :class:`ParamError` before anything runs."""
+    can never work, ``check=False``: types and constraints only); raises :class:`ParamError`
+    before anything runs."""
     plans = []
     for nb in notebooks:
         declared = notebook_parameters(nb)
         base = validate(nb.stem, load_profile(params_dir, nb.stem, profile), declared)
         values = validate(nb.stem, {**base, **(overrides or {})}, declared)
         full = {**{k: p.default for k, p in declared.items()}, **values}
-        check_settings(nb.stem, full)
+        for text in gpu_plan.describe(nb.stem, full) if check else []:  # printed before any GPU work
+            print(text, file=sys.stderr)
+        if check:
+            check_settings(nb.stem, full)
         try:
             needs = folders_for(notebook_needs(nb), full)
         except ValueError as err:
