@@ -12,7 +12,8 @@ reproducible: the same seeds give the same adapters.
 
 Resuming: :func:`train` continues from the newest checkpoint in ``out_dir``. SUMO's state is
 not checkpointed, so an episode interrupted mid-way restarts from its beginning with the
-policy as of that checkpoint (its earlier updates are kept).
+policy as of that checkpoint (its earlier updates are kept). Once a run's checkpoint is chosen,
+:func:`retain` keeps the best and the last on disk and records the selection in its progress file.
 """
 
 from __future__ import annotations
@@ -370,7 +371,25 @@ def _training(policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, out_dir: 
             stats = yield from _episode(env, policy, prompter, cfg, cfg.train_seed + episode, checkpoint, rng, progress)
             progress_log["episodes"].append({"episode": episode, **stats})
             _write_json(progress_file, progress_log)
-    return {"episodes": progress_log["episodes"], "checkpoints": [out / c for c in progress_log["checkpoints"]]}
+    return {"episodes": progress_log["episodes"], "checkpoints": [out / c for c in progress_log["checkpoints"]],
+            **({"selection": progress_log["selection"], "best": out / progress_log["best"]} if "best" in progress_log else {})}
+
+
+def retain(out_dir: str | Path, best: Path, rows: list[dict]) -> list[str]:
+    """Keep the best and the last checkpoint of a finished run in ``out_dir`` and delete the others,
+    after writing the selection (one row per checkpoint, :func:`select_best`) into its
+    ``progress.json``; returns the names deleted. A resumed run reads the selection from there
+    instead of playing the deleted checkpoints again."""
+    out = Path(out_dir)
+    progress_file = out / "progress.json"
+    log = json.loads(progress_file.read_text())
+    keep = {Path(best).name, log["checkpoints"][-1]}
+    log.update(selection=rows, best=Path(best).name, kept=sorted(keep))
+    _write_json(progress_file, log)  # the record first: a run killed while deleting still knows every result
+    gone = [c for c in log["checkpoints"] if c not in keep]
+    for name in gone:
+        (out / name).unlink(missing_ok=True)
+    return gone
 
 
 def select_best(policy: LMPolicy, prompter: Prompter, checkpoints: Sequence[Path], scenario: str,
