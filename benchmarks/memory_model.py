@@ -110,7 +110,8 @@ def main() -> None:
     for name in args.cases:
         out = subprocess.run([sys.executable, __file__, "--one", name], env=env, capture_output=True, text=True)
         if out.returncode:
-            print(f"| {name} | failed: {out.stderr.strip().splitlines()[-1]} | | | | | |")
+            why = [line for line in out.stderr.strip().splitlines() if "Error" in line] or ["exit status %d" % out.returncode]
+            print(f"| {name} | failed: {why[-1]} | | | | | |")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(r)

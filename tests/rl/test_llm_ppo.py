@@ -455,3 +455,32 @@ def test_generate_reuses_the_shared_prompt_prefix_and_draws_the_same_answers(mon
     monkeypatch.setattr(policy_module, "shared_prefix_cache", lambda *a: None)
     full = [policy.sample("queue 3 near 4 near", rng=np.random.default_rng(s), record=False)[0] for s in range(3)]
     assert cached == full and len({tuple(c) for c in cached}) > 1
+
+
+def test_checkpoints_answer_in_one_generate_as_mixed_adapters(tmp_path):
+    """generate's path (a GPU, a 4-bit base): the checkpoints of a held-out selection loaded side by
+    side as adapters, each block of prompts answered by its own, as each answers alone (greedy)."""
+    from llmtraffic.rl.llm_ppo.adapters import MixedAdapters
+
+    policy = LMPolicy(*tiny(), PPOConfig(max_new_tokens=5, temperature=0.0))
+    policy.merge_sampler = False
+    paths = []
+    for k in range(3):
+        with torch.no_grad():
+            for name, p in policy.model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.5, generator=torch.Generator().manual_seed(10 + k))
+        policy.save(tmp_path / f"c{k}.pt")
+        paths.append(tmp_path / f"c{k}.pt")
+    prompts = ["queue 3 near", "near 4 queue", "queue 5 near", "near 6 queue", "queue 7 near", "near 8 queue"]
+    mixed = policy.checkpoints_decoder(paths)
+    assert isinstance(mixed, MixedAdapters) and mixed.models == 3
+    rngs = [np.random.default_rng(i) for i in range(6)]
+    together = policy.sample_each(prompts, rngs, mixed)
+    mixed.close()
+    alone = []
+    for k, path in enumerate(paths):
+        policy.load(path)
+        alone += [policy.sample(p, 1, record=False)[0][0] for p in prompts[2 * k : 2 * k + 2]]
+    assert together == alone and len(set(alone)) > 1
+    assert list(policy.model.peft_config) == ["default"]  # the candidates are gone

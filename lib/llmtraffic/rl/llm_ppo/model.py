@@ -90,7 +90,7 @@ def shared_prefix_cache(model, prompt_ids: Tensor, g: int):
     position only, never a prompt x vocabulary block. None for a one-token prompt."""
     if prompt_ids.shape[1] < 2:
         return None
-    cache = model(input_ids=prompt_ids[:, :-1], use_cache=True, logits_to_keep=1).past_key_values
+    cache = model(input_ids=prompt_ids[:, :-1], use_cache=True, logits_to_keep=1).cache
     cache.batch_repeat_interleave(g)
     return cache
 

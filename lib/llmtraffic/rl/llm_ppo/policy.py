@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .. import small_decoder
 from ..small_decoder import SmallDecoder, common_prefix
+from .adapters import MixedAdapters
 from .config import PPOConfig
 from .model import (StopText, ValueHead, is_4bit, load_policy_model, pad_token_id, shared_prefix_cache,
                     stop_token_ids)
@@ -143,6 +144,8 @@ class LMPolicy:
         block i answered by checkpoint i."""
         if len(prompts) != len(rngs):
             raise ValueError(f"sample_each: {len(prompts)} prompts for {len(rngs)} generators")
+        if isinstance(sampler, MixedAdapters):  # generate's path: one batch, an adapter per block
+            return sampler.sample_each(prompts, rngs)
         sampler = sampler or self._sampler()
         if not isinstance(sampler, SmallDecoder) or (len(prompts) == 1 and sampler.models == 1):
             return [self.sample(p, 1, rng=rng, record=False)[0][0] for p, rng in zip(prompts, rngs)]
@@ -191,7 +194,7 @@ class LMPolicy:
             out = sampler.generate(
                 input_ids=prompt_ids.repeat(g, 1),
                 attention_mask=torch.ones(g, prompt_ids.shape[1], dtype=torch.long, device=self.device),
-                past_key_values=cache,
+                cache=cache,
                 max_new_tokens=cfg.max_new_tokens,
                 pad_token_id=self.pad_id,
                 eos_token_id=self.stop_ids,
@@ -247,12 +250,13 @@ class LMPolicy:
             return None, None
         return self._reference, self._factors()
 
-    def checkpoints_decoder(self, checkpoints: list[str | Path]) -> SmallDecoder | None:
+    def checkpoints_decoder(self, checkpoints: list[str | Path]) -> SmallDecoder | MixedAdapters:
         """One :class:`SmallDecoder` over the merged weights of each checkpoint, side by side
-        (for playing them together), or None where this policy does not sample through one.
-        Leaves the policy loaded with the last checkpoint."""
+        (for playing them together; leaves the policy loaded with the last checkpoint), or where
+        this policy samples through ``generate`` their adapters side by side in its peft model
+        (:class:`MixedAdapters`; ``close()`` removes them)."""
         if not self.merge_sampler or self._reference is None:
-            return None
+            return MixedAdapters(self, checkpoints)
         decoders = []
         for path in checkpoints:
             self.load(path)
