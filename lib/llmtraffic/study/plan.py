@@ -23,16 +23,11 @@ def register(name: str, describe: Describe, refuse: Describe) -> None:
 
 
 def describe(stem: str, params: dict[str, Any]) -> list[str]:
-    """Every registered planner's text for one notebook."""
-    from .preflight import load_study_checks
-
-    load_study_checks()
+    """Every registered planner's text for one notebook (the studies register theirs when
+    :func:`~llmtraffic.study.preflight.load_study_checks` imports their checks)."""
     return [t for d, _ in _planners.values() if (t := d(stem, params))]
 
 
 def refusals(stem: str, params: dict[str, Any]) -> list[str]:
     """Why the settings of one notebook cannot fit the GPU found (empty: they fit, or no GPU)."""
-    from .preflight import load_study_checks
-
-    load_study_checks()
     return [t for _, r in _planners.values() if (t := r(stem, params))]

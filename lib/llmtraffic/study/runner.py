@@ -38,7 +38,7 @@ from .data import ensure, files_under, folders_for, notebook_needs
 from .params import ParamError, check_profile, differences, load_profile, notebook_parameters, validate
 from .paths import ROOT, figures_dir, runs_dir
 from . import plan as gpu_plan
-from .preflight import ResourceError, check_settings, resource_problems
+from .preflight import ResourceError, check_settings, load_study_checks, resource_problems
 
 
 DEFAULT_JOBS = max(1, min(os.cpu_count() or 1, 4))
@@ -103,6 +103,7 @@ def plan(
     can never work, ``check=False``: types and constraints only); raises :class:`ParamError`
     before anything runs."""
     plans = []
+    load_study_checks()  # the studies' checks and planners
     for nb in notebooks:
         declared = notebook_parameters(nb)
         base = validate(nb.stem, load_profile(params_dir, nb.stem, profile), declared)
