@@ -171,7 +171,7 @@ def text(stem: str, params: dict[str, Any]) -> str | None:
 
 def gpu_peak_of(allocated: float) -> float:
     """GiB a GPU must hold for ``allocated`` bytes (allocator slack, CUDA context)."""
-    return gpu_peak(Memory(allocated, 0, 0, 0, 0, 0, 0)) / GiB
+    return gpu_peak(Memory(allocated, 0, 0, 0, 0, 0, 0)) / GiB  # peak of a Memory holding just these bytes
 
 
 def _hours(h: Hours, capacity: float, m: Memory) -> str:

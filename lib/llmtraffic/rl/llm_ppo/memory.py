@@ -193,9 +193,12 @@ class Memory:
     """One layer's activations rebuilt in the backward pass (checkpointing only) with its gradients."""
     logits: float
     kv_cache: float
-    """The G answers of a decision (or the rows of a batched evaluation) at full length."""
+    """The widest ``generate`` at full length: G answers of a decision, the evaluation episodes,
+    or the checkpoints of a batched selection."""
     prefill: float
     """One layer's transient working set while a prompt is pre-filled."""
+    candidates: float = 0.0
+    """The checkpoints' adapters loaded side by side for a batched selection (fp32)."""
 
     @property
     def update(self) -> float:
@@ -203,7 +206,7 @@ class Memory:
 
     @property
     def generate(self) -> float:
-        return self.weights + self.trainable + self.kv_cache + self.prefill
+        return self.weights + self.trainable + self.candidates + self.kv_cache + self.prefill
 
     @property
     def peak(self) -> float:
@@ -211,8 +214,9 @@ class Memory:
 
 
 def predict_memory(shape: Shape, work: Work, prec: Precision = GPU_NF4, rows: int | None = None) -> Memory:
-    """Peak memory of an update (one micro-batch's forward and backward) and of a decision's
-    ``generate`` (``rows`` answers, default G, each prompt + O tokens long)."""
+    """Peak memory of an update (one micro-batch's forward and backward) and of the widest
+    ``generate`` (``rows`` answers, default the most of G, the evaluation episodes and the
+    checkpoints of a batched selection, each prompt + O tokens long)."""
     c, d = prec.compute, shape.hidden
     norm_params = (2 * shape.layers + 1) * d
     weights = (shape.layers * shape.linear_params() * prec.weight + (shape.embedding_params() + norm_params) * c)
@@ -225,10 +229,12 @@ def predict_memory(shape: Shape, work: Work, prec: Precision = GPU_NF4, rows: in
     around = b * t * (4 * d + 2 * c * d) + b * t * t
     activations = shape.layers * kept * b * t + around + value_head_bytes(shape, answers)
     recompute = (per_token + 3 * c * d) * b * t if work.checkpointing else 0
-    rows = rows or work.group_size
+    k = work.episodes * work.checkpoints_per_episode if work.selection_batched else 0
+    rows = rows or max(work.group_size, work.eval_episodes, k)
     kv_cache = 2 * shape.layers * shape.kv * c * rows * t
     prefill = work.prompt_tokens * c * (3 * shape.intermediate + 4 * shape.q + 4 * d) + 2 * 4 * shape.vocab * rows
-    return Memory(weights, trainable, activations, recompute, logit_bytes(shape, answers), kv_cache, prefill)
+    candidates = 4 * shape.layers * shape.lora_params(work.lora_rank) * k
+    return Memory(weights, trainable, activations, recompute, logit_bytes(shape, answers), kv_cache, prefill, candidates)
 
 
 def fitting_micro_batch(shape: Shape, work: Work, capacity: float, prec: Precision = GPU_NF4) -> int | None:
