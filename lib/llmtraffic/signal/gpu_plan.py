@@ -17,14 +17,13 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..study.plan import GPU_ENV
 from ..rl.llm_ppo.memory import GPUS, GiB, Hours, Memory, Shape, Work, fitting_micro_batch, gpu_peak, predict_hours, predict_memory
 
 PROMPT_TOKENS = {"cologne1": 2943, "hangzhou1x1": 2967, "synthetic": 2967}
 """The longest paper prompt of the first 12 decisions of a max-queue episode (SmolLM2's tokenizer
 through its chat template, ``benchmarks/gpu_ppo.py`` counts them), per intersection."""
 
-GPU_ENV = "LLMTRAFFIC_GPU_GIB"
-"""Plan for a GPU of this many GiB instead of the CUDA device found (e.g. before renting one)."""
 
 
 @dataclass(frozen=True)

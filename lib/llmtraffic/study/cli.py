@@ -71,7 +71,7 @@ def _run(args) -> int:
 
 def _plan(args) -> int:
     if args.gpu_gib:
-        os.environ[gpu_plan_env()] = str(args.gpu_gib)
+        os.environ[study_plan.GPU_ENV] = str(args.gpu_gib)
     try:
         notebooks = runner.discover(args.notebooks, args.only)
         plans = runner.plan(notebooks, args.profile, args.params, merge_settings(args.params_file, args.set), check=False)
@@ -84,10 +84,6 @@ def _plan(args) -> int:
     for line in refused:
         print(f"error: {line}", file=sys.stderr)
     return 2 if refused else 0
-
-
-def gpu_plan_env() -> str:
-    return "LLMTRAFFIC_GPU_GIB"
 
 
 def _data(args) -> int:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+GPU_ENV = "LLMTRAFFIC_GPU_GIB"
+"""Plan for a GPU of this many GiB instead of the CUDA device found (``study plan --gpu-gib``)."""
+
 Describe = Callable[[str, dict[str, Any]], "str | None"]
 """``(notebook stem, full parameters)`` → the plan's text, or None where it has nothing to plan."""
 
