@@ -24,7 +24,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
-BENCH_TIMEOUT_S = 900  # three cases in fresh processes; the LLaMA3-8B layer is ~5 GB of fp32 weights
+BENCH_TIMEOUT_S = 1500  # five cases in fresh processes (~9 min on 2 loaded cores); a LLaMA3-8B layer is ~5 GB of fp32 weights
 
 CASES = {
     # name: (backbone, layers, micro-batch, prompt tokens, answer tokens, checkpointing)
