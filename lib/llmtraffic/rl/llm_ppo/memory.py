@@ -147,7 +147,7 @@ class Work:
         return self.prompt_tokens + self.answer_tokens
 
 
-def saved_per_token(shape: Shape, prec: Precision, rank: int = 16, padded: bool = True) -> int:
+def saved_per_token(shape: Shape, prec: Precision, rank: int = 16, padded: bool = True, context: int = 0) -> int:
     """Bytes one decoder layer keeps for the backward pass per token, without checkpointing.
 
     Counted from what autograd saves in a LLaMA/Qwen3 layer with LoRA on every linear layer and a
@@ -156,14 +156,15 @@ def saved_per_token(shape: Shape, prec: Precision, rank: int = 16, padded: bool 
     the compute precision is not fp32, else one shared per input, the output projection's being
     the attention output); fused attention its query, keys and values, output
     and log-sum-exp (with a padding mask, ``padded``, transformers repeats the keys and values to
-    every query head first; without one the kernel groups them); SwiGLU the gate, its activation and the up projection;
+    every query head first, and each layer's attention keeps an fp32 copy of the mask, ``context``
+    floats per token; without one the kernel groups them); SwiGLU the gate, its activation and the up projection;
     each LoRA B its rank-r input; Qwen3's query/key norms fp32 copies of both.
     """
     d, i, q, kv, c = shape.hidden, shape.intermediate, shape.q, shape.kv, prec.compute
     norms = 2 * (4 * d + 4)  # the fp32 input and its reciprocal RMS
     # fp32: q/k/v read one input, gate/up another, o the attention's own output (saved by it)
     adapters = 4 * ((3 * d + q + 2 * d + i) if prec.casts else (d + d + i))
-    attention = (2 * q + 2 * (q if padded else kv)) * c + 4 * shape.heads
+    attention = (2 * q + 2 * (q if padded else kv)) * c + 4 * shape.heads + (4 * context if padded else 0)
     mlp = 3 * i * c
     low_rank = LINEARS * rank * 4
     qk = 4 * (q + kv + shape.heads + shape.kv_heads) if shape.qk_norm else 0
@@ -222,7 +223,8 @@ def predict_memory(shape: Shape, work: Work, prec: Precision = GPU_NF4, rows: in
     weights = (shape.layers * shape.linear_params() * prec.weight + (shape.embedding_params() + norm_params) * c)
     trainable = TRAINABLE_BYTES * (shape.layers * shape.lora_params(work.lora_rank) + 2 * d * d + 3 * d + 1)
     b, t = work.micro, work.tokens
-    per_token = saved_per_token(shape, prec, work.lora_rank, padded=work.padded and b > 1)
+    padded = work.padded and b > 1
+    per_token = saved_per_token(shape, prec, work.lora_rank, padded=padded, context=t if padded else 0)
     kept = c * d if work.checkpointing else per_token  # a checkpointed layer keeps its input only
     answers = b * work.answer_tokens
     # the final norm's fp32 copy and output over every position, the embeddings' output, the mask
