@@ -5,7 +5,7 @@ from itertools import groupby
 import libsumo as ls
 import pytest
 
-from llmtraffic.signal import SOTL, FixedTime, MaxPressure, SignalConfig, SignalEnv, SyntheticScenario
+from llmtraffic.signal import SOTL, FixedTime, MaxPressure, SignalConfig, SignalEnv, SyntheticScenario, evaluate
 from llmtraffic.signal import rules as R
 from llmtraffic.signal.env import SignalState
 from llmtraffic.signal.evaluation import run_episode
@@ -190,3 +190,23 @@ def test_libsignal_sumo_queue_of_a_hand_built_lane():
 def test_unknown_rules_are_refused():
     with pytest.raises(ValueError, match="unknown signal rules 'libsignl'.*study, libsignal"):
         SignalConfig(rules="libsignl")
+
+
+def test_rule_sets_by_parts():
+    assert R.parts("study") == frozenset() and R.parts("libsignal") == frozenset(R.PARTS)
+    assert R.with_parts("timer", "queue") == "study+queue+timer" and R.with_parts(*R.PARTS) == "libsignal"
+    assert R.has("study+queue", "queue") and not R.has("study+queue", "timer")
+    with pytest.raises(ValueError, match="'study\\+yellow'"):
+        R.check("study+yellow")
+
+
+def test_measured_parts_keep_the_trajectories():
+    # queue, delay, departure and throughput change what is measured, not the control: same
+    # arrivals, and every arrived trip exactly 1 s shorter (LibSignal's departure stamp)
+    study = evaluate("synthetic", MaxPressure(), seed=1, episode_s=600)
+    measured = evaluate("synthetic", MaxPressure(), seed=1, episode_s=600,
+                        config=SignalConfig(rules=R.with_parts(*R.MEASURED)))
+    assert measured["throughput"] == study["throughput"] > 0
+    assert study["travel_time_s"] - measured["travel_time_s"] == pytest.approx(1.0, abs=1e-9)
+    assert measured["travel_time_all_s"] == study["travel_time_all_s"]
+    assert measured["delay"] > study["delay"] and measured["rules"] == "study+queue+delay+departure+throughput"

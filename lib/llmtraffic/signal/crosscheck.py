@@ -68,12 +68,18 @@ def run_all(methods: Sequence[str], scenarios: Sequence[str], seeds: Sequence[in
 
 
 def levels(rows: pd.DataFrame, scenario: str) -> pd.DataFrame:
-    """Per method and step: each metric's mean ± 95 % CI over the seeds (each seed one run)."""
-    out = {}
+    """Per method and step: each metric's mean ± 95 % CI over the seeds (each seed one run);
+    ``table.attrs["estimates"]`` keeps them."""
+    out, found = {}, {}
     for (method, step), runs in _groups(rows, scenario):
-        out[(method, step)] = {name: stats.estimate(runs.astype({key: float}), key).format(0 if key == "throughput" else 2)
-                               for key, name in METRICS.items()}
-    return pd.DataFrame.from_dict(out, orient="index").rename_axis(["Method", "Step"])
+        cells = {}
+        for key, name in METRICS.items():
+            found[f"{method} / {step} / {name}"] = est = stats.estimate(runs.astype({key: float}), key)
+            cells[name] = est.format(0 if key == "throughput" else 2)
+        out[(method, step)] = cells
+    table = pd.DataFrame.from_dict(out, orient="index").rename_axis(["Method", "Step"])
+    table.attrs["estimates"] = found
+    return table
 
 
 def effects(rows: pd.DataFrame, scenario: str) -> pd.DataFrame:
@@ -136,3 +142,33 @@ def _groups(rows: pd.DataFrame, scenario: str):
             runs = sel[(sel["method"] == method) & (sel["step"] == step)]
             if len(runs):
                 yield (method, step), runs
+
+
+COMPARED = [
+    ("queue", "halting now (< 0.1 m/s), whole lane", "vehicles within 200 m that have ever waited (record never cleared)",
+     "halting now, whole lane (CityFlow's count)", "world_sumo.py Intersection.observe; world_cityflow.py lane_waiting_count"),
+    ("delay", "per lane 1 − mean speed / limit (≥ 0), mean over lanes",
+     "the same within 200 m, uncapped, summed over lanes (RL agents: mean over roads)",
+     "whole lane, uncapped, summed (RL agents: mean over roads)", "get_lane_delay; agent/*.py get_delay; common/metrics.py"),
+    ("travel time", "arrival − insertion (SUMO); CityFlow's own (CityFlow)", "arrival − end of the insertion step (1 s less)",
+     "CityFlow's own average (unfinished trips counted)", "world_sumo.py World.step; world_cityflow.py get_average_travel_time"),
+    ("throughput", "vehicles arrived", "vehicles arrived", "vehicles seen leaving a lane (crossing or arriving)",
+     "world_cityflow.py update_current_measurements, get_cur_throughput"),
+    ("clearance", "yellow where green ends (SUMO); all-red phase (CityFlow)",
+     "all-red where green ends; none needed: SUMO's program shows its next phase for 1 s", "the roadnet's all-red phase",
+     "world_sumo.py create_yellows, prep_phase; world_cityflow.py Intersection.step"),
+    ("phase timer", "green seconds since the change", "seconds since the change began (clearance counted)",
+     "the same", "world_sumo.py pseudo_step (== check); world_cityflow.py Intersection.step"),
+    ("MaxPressure", "Σ over G and g links of whole in lane − whole out lane",
+     "Σ over G links of vehicles within 200 m (out lanes: none)", "Σ over the phase's lane links, whole lanes, in − out",
+     "agent/maxpressure.py; world_sumo.py phase_available_lanelinks"),
+    ("SOTL", "queued on the green phase's lanes vs the others", "its queue on G-link lanes; also switches when none waits "
+     "on green and some on red", "the same on the phase's lane links", "agent/sotl.py"),
+]
+"""(rule, study, LibSignal's SUMO world, its CityFlow world, where in LibSignal's code)."""
+
+
+def compared() -> pd.DataFrame:
+    """:data:`COMPARED` as a table."""
+    return pd.DataFrame(COMPARED, columns=["Rule", "study", "libsignal, SUMO", "libsignal, CityFlow (Hangzhou)",
+                                           "LibSignal's code"]).set_index("Rule")
