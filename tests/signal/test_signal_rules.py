@@ -210,3 +210,21 @@ def test_measured_parts_keep_the_trajectories():
     assert study["travel_time_s"] - measured["travel_time_s"] == pytest.approx(1.0, abs=1e-9)
     assert measured["travel_time_all_s"] == study["travel_time_all_s"]
     assert measured["delay"] > study["delay"] and measured["rules"] == "study+queue+delay+departure+throughput"
+
+
+# LibSignal's own numbers ------------------------------------------------------------------
+
+@pytest.mark.parametrize("scenario, method, expected", [
+    # its run.py (libsumo, world_sumo.py at 4dcfde1; SUMO's default seed 23423, as its runs get)
+    ("cologne1", "FixedTime (t_fixed=30)", (116.1456, 46.1750, 5.3865, 1958)),
+    # its run.py on CityFlow 1x1 (any seed: the flows are fixed); the paper's Table 1 prints the same
+    # for MaxPressure, but 212.22 s / 69.11 / 5.42 / 1861 for SOTL
+    ("hangzhou1x1", "MaxPressure", (303.8070, 100.9444, 6.7686, 1717)),
+    ("hangzhou1x1", "SOTL", (218.0579, 68.9222, 5.4148, 1854)),
+])
+def test_libsignal_rules_give_libsignals_own_numbers(scenario, method, expected):
+    from llmtraffic.signal.evaluation import evaluate_method
+
+    r = evaluate_method(method, scenario, 23423, 3600, rules="libsignal")
+    travel = r["travel_time_all_s" if scenario == "hangzhou1x1" else "travel_time_s"]
+    assert (round(travel, 4), round(r["queue"], 4), round(r["delay"], 4), r["throughput"]) == expected

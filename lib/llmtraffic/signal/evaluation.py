@@ -35,10 +35,11 @@ def evaluate(scenario: Scenario | str, controller: Controller, seed: int = 0, ep
     The same seed gives the same numbers whatever ran before in this process: a SUMO episode
     runs in a fresh process (``SignalConfig.fresh_process``), a CityFlow one on a reset engine.
 
-    Returns ``travel_time_s``, ``travel_time_all_s``, ``queue``, ``delay``, ``throughput``
-    (see :mod:`llmtraffic.signal.metrics`), ``deadlock`` and ``deadlock_time_s``, the per-decision
-    ``queue_series``, and the settings that produced them (scenario, simulator and its version,
-    controller, seed, the :class:`SignalConfig` fields).
+    Returns ``travel_time_s``, ``travel_time_all_s``, ``queue``, ``delay``, ``delay_rl``,
+    ``throughput``, ``arrived`` (see :mod:`llmtraffic.signal.metrics`, under the rule set
+    ``config.rules``, :mod:`llmtraffic.signal.rules`), ``deadlock`` and ``deadlock_time_s``, the
+    per-decision ``queue_series``, and the settings that produced them (scenario, simulator and its
+    version, controller, seed, the :class:`SignalConfig` fields, the rule set included).
     """
     cfg = replace(config or SignalConfig(), episode_s=episode_s, fresh_process=True)
     scenario = load(scenario)

@@ -91,11 +91,11 @@ def halting(speed: float) -> bool:
     return speed < HALT_SPEED
 
 
-def detectable(to_stop_m: float) -> bool:
+def detectable(to_light_m: float) -> bool:
     """LibSignal's SUMO world sees a vehicle within ``DETECT_M`` of its next traffic light
-    (``getNextTLS`` distance <= 200 m). On an incoming lane that is the distance to the stop line;
-    a vehicle past the only light of the network has no next light and is never seen."""
-    return to_stop_m <= DETECT_M
+    (``getNextTLS`` distance <= 200 m; about the distance to the stop line on an incoming lane). A
+    vehicle past the only light of the network has none ahead (distance inf) and is never seen."""
+    return to_light_m <= DETECT_M
 
 
 def registers_wait(seen: bool, waiting_s: float) -> bool:
@@ -105,10 +105,10 @@ def registers_wait(seen: bool, waiting_s: float) -> bool:
     return seen and waiting_s > 0
 
 
-def libsignal_sumo_queue(to_stop_m: Iterable[float], waited: Iterable[bool]) -> int:
-    """LibSignal's SUMO ``lane_waiting_count`` of one lane: vehicles within 200 m of the stop line
-    (:func:`detectable`) that have ever registered a wait (:func:`registers_wait`)."""
-    return sum(1 for d, w in zip(to_stop_m, waited) if detectable(d) and w)
+def libsignal_sumo_queue(to_light_m: Iterable[float], waited: Iterable[bool]) -> int:
+    """LibSignal's SUMO ``lane_waiting_count`` of one lane: vehicles within 200 m of their next
+    light (:func:`detectable`) that have ever registered a wait (:func:`registers_wait`)."""
+    return sum(1 for d, w in zip(to_light_m, waited) if detectable(d) and w)
 
 
 # Delay -------------------------------------------------------------------------------------

@@ -46,6 +46,12 @@ def discover(tls: str) -> tuple[tuple[Phase, ...], tuple[str, ...], tuple[str, .
     return tuple(phases), incoming, outgoing
 
 
+def to_light(vehicle: str) -> float:
+    """Distance of ``vehicle`` to its next traffic light's stop line (``getNextTLS``), inf without one."""
+    ahead = ls.vehicle.getNextTLS(vehicle)
+    return ahead[0][2] if ahead else float("inf")
+
+
 clearance = R.yellow_clearance
 """The study's clearance signal state (:func:`llmtraffic.signal.rules.yellow_clearance`)."""
 
@@ -135,11 +141,11 @@ class SumoBackend:
     def _record_waits(self) -> None:
         """LibSignal's per-second waiting record (:func:`llmtraffic.signal.rules.registers_wait`)."""
         for lane in self.lanes:
-            length = self._lane_len[lane]
             for v in ls.lane.getLastStepVehicleIDs(lane):
-                if v not in self.waited and R.registers_wait(
-                        R.detectable(length - ls.vehicle.getLanePosition(v)), ls.vehicle.getWaitingTime(v)):
-                    self.waited.add(v)
+                if v not in self.waited:
+                    waiting = ls.vehicle.getWaitingTime(v)
+                    if waiting > 0 and R.registers_wait(R.detectable(to_light(v)), waiting):
+                        self.waited.add(v)
 
     def observe(self) -> Observation:
         lanes, queued, detected, delays = {}, {}, {}, {}
@@ -147,9 +153,9 @@ class SumoBackend:
         for lane in self.lanes:
             ids = ls.lane.getLastStepVehicleIDs(lane)
             vehicles = [(ls.vehicle.getSpeed(v), ls.vehicle.getLanePosition(v)) for v in ids]
-            length, limit = self._lane_len[lane], self._lane_speed[lane]
-            lanes[lane] = segment_counts(length, vehicles)
-            to_stop = [length - pos for _, pos in vehicles]
+            limit = self._lane_speed[lane]
+            lanes[lane] = segment_counts(self._lane_len[lane], vehicles)
+            to_stop = [to_light(v) for v in ids] if has["queue"] or has["delay"] or has["pressure"] else []
             seen = [speed for (speed, _), d in zip(vehicles, to_stop) if R.detectable(d)]
             queued[lane] = (R.libsignal_sumo_queue(to_stop, [v in self.waited for v in ids]) if has["queue"]
                             else lanes[lane].queue)
@@ -158,8 +164,9 @@ class SumoBackend:
             delays[lane] = (R.libsignal_lane_delay(seen, limit) if has["delay"]
                             else 1.0 - min(ls.lane.getLastStepMeanSpeed(lane) / limit, 1.0))
         outgoing = {lane: ls.lane.getLastStepVehicleNumber(lane) for lane in self.out_lanes}
-        # LibSignal: a vehicle past the network's only light has no next light, so it is never seen
-        detected |= {lane: 0 if has["pressure"] else n for lane, n in outgoing.items()}
+        # LibSignal sees a vehicle on an outgoing lane only with a light ahead (none past a network's only one)
+        detected |= {lane: sum(R.detectable(to_light(v)) for v in ls.lane.getLastStepVehicleIDs(lane))
+                     if has["pressure"] else n for lane, n in outgoing.items()}
         moving = any(ls.edge.getLastStepVehicleNumber(e) > ls.edge.getLastStepHaltingNumber(e)
                      for e in self._edges)
         return Observation(lanes, outgoing, queued, detected, delays, moving)
