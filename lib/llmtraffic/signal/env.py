@@ -19,9 +19,10 @@ is what this docstring describes; ``"libsignal"`` reproduces LibSignal's impleme
 its code before July 2025 — its queue, pressure and delay, an all-red clearance, a timer that
 counts the clearance (so its MaxPressure may change phase after 5 s of green), its departure
 stamp and, on CityFlow, its throughput. In July 2025 LibSignal changed its SUMO phase-time check
-from ``==`` to ``>=``: after the first clearance second the check holds on every step, so every
-step switches straight to the chosen phase and the timer is never reset — no clearance is ever
-shown, FixedTime changes phase every 10 s after t = 30 s, and MaxPressure's t_min never applies.
+from ``==`` to ``>=``: once its timer reaches the clearance length (5 s into the episode) the
+check holds on every step, so every step switches straight to the chosen phase and the timer is
+never reset — no clearance is ever shown, FixedTime changes phase every 10 s after t = 30 s, and
+MaxPressure's t_min never applies.
 Neither rule set reproduces that version.
 
 Observation and reward are pluggable, as in sumo-rl: ``observation(state) -> np.ndarray`` and

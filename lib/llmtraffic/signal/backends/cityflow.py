@@ -15,6 +15,9 @@ from the SUMO backend, all from CityFlow's own model:
   ``get_average_travel_time()``, travel time (arrived) its finished vehicles' mean — while a
   vehicle arriving within a call is booked with that call's mean travel time, and vehicles
   waiting to enter count as in the network (``waiting_to_enter`` is 0).
+- LibSignal's throughput rule (``rules``, :mod:`llmtraffic.signal.rules`) reads the lanes'
+  vehicles every second (:meth:`CityFlowBackend._track_lanes`), as its CityFlow world does;
+  the study's rules never do.
 - seeds: flows are deterministic; the seed only draws vehicle priorities (who goes first at
   a conflict) and routes among equal choices.
 - lane length: the road's polyline with its ends shortened by the width of a non-virtual
