@@ -144,6 +144,19 @@ def rules_tables(rows: pd.DataFrame, methods: Sequence[str], scenario: str,
             for r in rules if (rows["rules"] == r).any()}
 
 
+def paper_cells_within(table: pd.DataFrame, paper: pd.DataFrame, pct: float = 1.0) -> list[str]:
+    """The ``"method / column"`` cells of a Table 1 layout (:func:`~.evaluation.mean_ci_table`,
+    estimates in ``table.attrs``) whose mean lies within ``pct`` % of the paper's value."""
+    found = table.attrs.get("estimates", {})
+    close = []
+    for method in paper.index:
+        for column, value in paper.loc[method].items():
+            est = found.get(f"{method} / {column}")
+            if est is not None and pd.notna(value) and value and abs(est.mean - value) <= abs(value) * pct / 100:
+                close.append(f"{method} / {column}")
+    return close
+
+
 def compare(rows: pd.DataFrame, method: str, reference: str, scenario: str, key: str,
             relative: bool = False) -> Estimate:
     """Difference ``method − reference`` of ``key`` on ``scenario`` over independent runs: two
