@@ -15,8 +15,8 @@ queue per lane            halting now (< 0.1 m/s), whole lane  waited once, with
                                                                cleared)                            (CityFlow's own count)
 pressure                  G and g links, whole lanes,          G links only, vehicles within       every lane link of the
                           in − out                             200 m of their next light (out: 0)  phase, whole lanes, in − out
-delay                     lane mean of 1 − v / limit (capped   sum over lanes, vehicles within     sum over lanes, whole lane,
-                          at 0), mean over lanes               200 m, uncapped                     uncapped
+delay                     lane mean of 1 − v / limit (at      sum over lanes, vehicles within     sum over lanes, whole lane,
+                          least 0), mean over lanes            200 m, uncapped                     uncapped
 clearance                 yellow where green ends              all-red where green ends; none      the roadnet's all-red phase
                                                                needed: SUMO's program slips 1 s
 phase timer               green seconds since the change       seconds since the change began,     the same
@@ -26,7 +26,8 @@ throughput                vehicles arrived                     vehicles arrived 
 ========================  ===================================  ==================================  ==========================
 
 LibSignal's RL agents report delay as a mean over incoming roads (its classic agents as a sum
-over lanes): :func:`rl_delay`.
+over lanes): :func:`rl_delay`. Run beside LibSignal's own code, ``"libsignal"`` gives its numbers
+to every printed digit (``docs/methods.md``; ``tests/signal/test_signal_rules.py``).
 
 A rule set is ``"study"``, ``"libsignal"`` (every part below), or ``"study"`` plus some of
 LibSignal's parts, e.g. ``"study+queue+delay"``, to measure one rule's effect at a time
