@@ -122,6 +122,23 @@ def test_a_duplicate_agent_counts_once(claims_ctx):
     assert c.ours["distinct"] == 3
 
 
+def test_compare_finds_duplicates_from_the_runs_episodes_not_from_coincident_differences():
+    seeds = [0, 1]
+    base = _rows("base", [0, 1, 2, 3], seeds, [[5.0, 7.0], [6.0, 6.5], [4.0, 9.0], [5.5, 5.0]])
+    # agents 0 and 1 kept their base (a loop that kept its warm start): their differences are 0 by construction
+    tuned = _rows("tuned", [0, 1, 2, 3], seeds, [[5.0, 7.0], [6.0, 6.5], [3.0, 7.0], [4.0, 4.5]])
+    d = stats.compare(tuned, base, "x")
+    assert d.n == 4 and d.distinct == 3 and d.runs == pytest.approx((0.0, 0.0, -1.5, -1.0))
+    assert d.mean == pytest.approx(np.mean([0.0, -1.5, -1.0]))
+    # two agents whose differences coincide (-1.0) but whose episodes differ stay two runs
+    other = _rows("tuned", [0, 1, 2, 3], seeds, [[4.0, 6.0], [5.0, 5.5], [3.0, 7.0], [4.0, 4.5]])
+    assert stats.compare(other, base, "x").distinct == 4
+    # a fine-tune identical to its untrained, evaluated base (a fixed reference) is that base
+    before = _rows("before", None, seeds, [5.0, 7.0])
+    same = _rows("tuned", [0, 1, 2], seeds, [[5.0, 7.0], [5.0, 7.0], [3.0, 4.0]])
+    assert stats.compare(same, before, "x").distinct == 2
+
+
 def test_claims_that_share_agents_say_so(claims_ctx, outdirs):
     for i in ("a", "b"):
         claims.claim(i, "bus", "§5.3", "x", "q", "t", ours=stats.difference([1.0, 2.0, 3.0]), paper_value=1.0,
@@ -163,6 +180,12 @@ def test_magnitude_places_the_papers_value_against_our_interval(paper, low, high
     c = {"paper_value": paper, "direction": 1 if paper > 0 else -1,
          "ours": {"mean": (low + high) / 2, "low": low, "high": high, "n": 5, "distinct": 5}}
     assert claims.magnitude(c) == expected
+
+
+def test_a_deterministic_difference_equal_to_the_papers_up_to_its_rounding_holds_the_papers_value():
+    c = {"paper_value": 370.95, "direction": 1, "ours": {"mean": 370.9416, "low": 370.9416, "high": 370.9416, "n": 3, "distinct": 1}}
+    assert claims.magnitude(c) == claims.INSIDE
+    assert claims.magnitude({**c, "paper_value": 248.9}) == claims.LARGER
 
 
 def test_controls_are_labelled_and_counted_apart(claims_ctx, outdirs):

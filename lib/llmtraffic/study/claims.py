@@ -57,6 +57,9 @@ DETERMINISTIC = stats.DETERMINISTIC
 NO_RESULT = "no result"
 VERDICTS = (REPRODUCED, OPPOSITE, INCONCLUSIVE, INCONCLUSIVE_N1, DETERMINISTIC, NO_RESULT, NOT_RUN)
 DECIDED = (REPRODUCED, OPPOSITE)
+PRINTED = 1e-3
+"""A deterministic difference equals the paper's value when they agree within this relative
+tolerance: the papers print their operands rounded (to 0.01 s), so their differences carry it."""
 INSIDE, SMALLER, LARGER, NO_INTERVAL = ("paper's value inside", "smaller effect than the paper's",
                                         "larger effect than the paper's", "no interval")
 
@@ -164,7 +167,8 @@ def judge(ours: stats.Estimate | dict | None, direction: int, p: float | None = 
 
 def magnitude(c: dict) -> str:
     """Where the paper's value lies against our unadjusted interval (a deterministic difference:
-    against its single value), in the paper's direction; ``""`` without a paper value or estimate."""
+    against its single value, equal within :data:`PRINTED`), in the paper's direction; ``""``
+    without a paper value or estimate."""
     o, value = c.get("ours"), c.get("paper_value")
     if not o or value is None:
         return ""
@@ -172,7 +176,7 @@ def magnitude(c: dict) -> str:
     low, high = (o["mean"], o["mean"]) if deterministic else (o.get("low"), o.get("high"))
     if low is None or math.isnan(low) or len(set(o.get("clusters") or [0, 1])) < 2:
         return NO_INTERVAL
-    if low <= value <= high and not deterministic:
+    if (low <= value <= high and not deterministic) or (deterministic and math.isclose(value, low, rel_tol=PRINTED)):
         return INSIDE
     effect = c["direction"] * value  # the paper's effect, positive in its own direction
     ours = sorted((c["direction"] * low, c["direction"] * high))
