@@ -140,17 +140,17 @@ class Claim:
                 f" → **{self.verdict}**{size}.{tail}")
 
 
-def _get(ours: stats.Estimate | dict, key: str, default=None):
-    return getattr(ours, key, default) if isinstance(ours, stats.Estimate) else ours.get(key, default)
+def _get(ours: Estimate | dict, key: str, default=None):
+    return getattr(ours, key, default) if isinstance(ours, Estimate) else ours.get(key, default)
 
 
-def judge(ours: stats.Estimate | dict | None, direction: int, p: float | None = None) -> str:
+def judge(ours: Estimate | dict | None, direction: int, p: float | None = None) -> str:
     """The verdict of an estimate against the paper's direction (see the module docstring), with
     the estimate's own p-value, or ``p`` (the Holm-adjusted one) where given."""
     if ours is None:
         return NOT_RUN
     n, k = _get(ours, "n"), _get(ours, "distinct")
-    if n == 1 or len(set(_get(ours, "clusters") or [0, 1])) < 2:
+    if n == 1:  # one run, or one cluster of runs (:func:`clustered`)
         return INCONCLUSIVE_N1
     if k == 1 or (k is None and _get(ours, "low") == _get(ours, "high")):
         return DETERMINISTIC
@@ -172,9 +172,9 @@ def magnitude(c: dict) -> str:
     o, value = c.get("ours"), c.get("paper_value")
     if not o or value is None:
         return ""
-    deterministic = o.get("distinct") == 1 and o["n"] > 1 and not o.get("clusters")
+    deterministic = o.get("distinct") == 1 and o["n"] > 1
     low, high = (o["mean"], o["mean"]) if deterministic else (o.get("low"), o.get("high"))
-    if low is None or math.isnan(low) or len(set(o.get("clusters") or [0, 1])) < 2:
+    if low is None or math.isnan(low):
         return NO_INTERVAL
     if (low <= value <= high and not deterministic) or (deterministic and math.isclose(value, low, rel_tol=PRINTED)):
         return INSIDE
@@ -198,7 +198,7 @@ def _direction(paper_value: float | None, direction: int | None) -> int:
     return 1 if paper_value > 0 else -1
 
 
-def clustered(est: stats.Estimate, clusters: Sequence, noun: str = "design run") -> dict:
+def clustered(est: Estimate, clusters: Sequence, noun: str = "design run") -> dict:
     """``est`` (over agents) re-expressed over the clusters its runs belong to (``clusters[i]``:
     the design run whose reward agent i was trained on): each cluster's mean is one run; the
     agents' own interval is kept as descriptive (``within``)."""
@@ -254,7 +254,7 @@ def claim(
     statement: str,
     quantity: str,
     link: str,
-    ours: stats.Estimate | None = None,
+    ours: Estimate | None = None,
     paper_value: float | None = None,
     direction: int | None = None,
     needs: str = "",
@@ -380,7 +380,7 @@ def _p(value: float | None) -> str:
 def identical_runs(ours: dict) -> bool:
     """An estimate over n > 1 runs that are all one value up to float rounding (a deterministic
     simulator): one distinct run repeated, no spread to estimate."""
-    if ours["n"] <= 1 or ours.get("clusters"):
+    if ours["n"] <= 1:
         return False
     if ours.get("distinct") is not None:
         return ours["distinct"] == 1
