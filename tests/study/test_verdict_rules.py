@@ -131,8 +131,9 @@ def test_compare_finds_duplicates_from_the_runs_episodes_not_from_coincident_dif
     assert d.n == 4 and d.distinct == 3 and d.runs == pytest.approx((0.0, 0.0, -1.5, -1.0))
     assert d.mean == pytest.approx(np.mean([0.0, -1.5, -1.0]))
     # two agents whose differences coincide (-1.0) but whose episodes differ stay two runs
-    other = _rows("tuned", [0, 1, 2, 3], seeds, [[4.0, 6.0], [5.0, 5.5], [3.0, 7.0], [4.0, 4.5]])
-    assert stats.compare(other, base, "x").distinct == 4
+    other = stats.compare(_rows("tuned", [0, 1, 2, 3], seeds, [[4.0, 6.0], [5.0, 5.5], [3.0, 7.0], [4.0, 4.5]]), base, "x")
+    assert other.distinct == 4 and claims.rederive(other.as_dict())["distinct"] == 4  # stored, re-derived alike
+    assert claims.rederive(d.as_dict())["distinct"] == 3
     # a fine-tune identical to its untrained, evaluated base (a fixed reference) is that base
     before = _rows("before", None, seeds, [5.0, 7.0])
     same = _rows("tuned", [0, 1, 2], seeds, [[5.0, 7.0], [5.0, 7.0], [3.0, 4.0]])

@@ -213,12 +213,14 @@ def clustered(est: Estimate, clusters: Sequence, noun: str = "design run") -> di
 
 def rederive(ours: dict | None) -> dict | None:
     """A stored estimate recomputed from its stored per-run values under the rules in force
-    (distinct runs, p-value, clusters, the eval-seed variance where ``seed_runs`` are stored);
-    an estimate without per-run values (Welch's) is kept as it is."""
+    (distinct runs, by their stored ``groups`` where the runs' identities were known, else by
+    value; p-value; clusters; the eval-seed variance where ``seed_runs`` are stored); an estimate
+    without per-run values (Welch's) is kept as it is."""
     if not ours or not ours.get("runs") or ours.get("method") == stats.WELCH:
         return ours
     inner = ours.get("within") or ours
-    est = stats.difference(inner["runs"], inner.get("unit", ""), inner.get("of", ""), inner.get("seed_runs") or ())
+    est = stats.difference(inner["runs"], inner.get("unit", ""), inner.get("of", ""), inner.get("seed_runs") or (),
+                           inner.get("groups") or None)
     if ours.get("clusters") is not None:
         return clustered(est, ours["clusters"], ours.get("cluster_noun", "design run"))
     return est.as_dict()

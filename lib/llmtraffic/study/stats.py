@@ -132,7 +132,8 @@ class Estimate:
     difference (:func:`mde`), in the estimate's unit; ``p`` the two-sided p-value of the test
     behind the interval (None where there is none); ``distinct`` how many of the runs differ
     (:func:`distinct`; None where not counted); ``seed_runs`` the per-eval-seed differences
-    averaged over runs whose variance the interval propagates (:func:`crossed`).
+    averaged over runs whose variance the interval propagates (:func:`crossed`); ``groups``, where
+    the runs' identities were known (:func:`identity`), per run the index of its first copy.
     """
 
     mean: float
@@ -147,6 +148,7 @@ class Estimate:
     p: float | None = None
     distinct: int | None = None
     seed_runs: tuple[float, ...] = ()
+    groups: tuple[int, ...] = ()
 
     @property
     def half_width(self) -> float:
@@ -188,7 +190,7 @@ class Estimate:
     def as_dict(self) -> dict:
         return {"mean": self.mean, "low": self.low, "high": self.high, "n": self.n, "unit": self.unit,
                 "of": self.of, "runs": list(self.runs), "mde": self.mde, "method": self.method, "p": self.p,
-                "distinct": self.distinct, "seed_runs": list(self.seed_runs)}
+                "distinct": self.distinct, "seed_runs": list(self.seed_runs), "groups": list(self.groups)}
 
 
 def _values(values: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -309,11 +311,11 @@ def difference(diff: Sequence[float] | np.ndarray, unit: str = "", of: str = "",
     if n == 1:
         return Estimate(float(arr[0]), math.nan, math.nan, 1, unit, of, tuple(arr.tolist()), math.nan,
                         distinct=1, seed_runs=tuple(seeds.tolist()))
+    groups = () if keys is None else tuple(list(keys).index(key) for key in keys)  # each run's first copy
     if k == 1 or distinct(unique).size == 1:  # one run, or runs that differ but not in their difference
-        k = 1
         mean = float(unique.mean())
         return Estimate(mean, mean, mean, n, unit, of, tuple(arr.tolist()), math.nan,
-                        distinct=1, seed_runs=tuple(seeds.tolist()))
+                        distinct=1, seed_runs=tuple(seeds.tolist()), groups=groups)
     values = unique if k < n else arr  # a run that is another's duplicate counts once
     mean = float(values.mean())
     se, df = crossed(values, seeds)
@@ -321,7 +323,7 @@ def difference(diff: Sequence[float] | np.ndarray, unit: str = "", of: str = "",
     p = float(2 * _scipy_stats.t.sf(abs(mean) / se, df))
     method = CROSSED if seeds.size > 1 and distinct(seeds).size > 1 else METHOD
     return Estimate(mean, mean - half, mean + half, n, unit, of, tuple(arr.tolist()), _mde(se, df), method, p, k,
-                    tuple(seeds.tolist()))
+                    tuple(seeds.tolist()), groups)
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float], relative: bool = False, of: str = "") -> Estimate:
