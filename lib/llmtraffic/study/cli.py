@@ -1,4 +1,4 @@
-"""``python -m llmtraffic.study {list,run,plan,data,gallery,bench,verdicts,verify}``.
+"""``python -m llmtraffic.study {list,run,plan,data,gallery,bench,verdicts,rejudge,verify}``.
 
 Exit status of ``run``: 0 all notebooks succeeded; 1 a notebook failed; 2 a setting that can
 never work (unknown profile or parameter, wrong type or range, malformed YAML, unknown LLM
@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import bench, claims, data, gallery, provenance, runner, verify
+from . import bench, claims, data, findings, gallery, provenance, runner, verify
 from . import plan as study_plan
 from .params import DEFAULT_PROFILE, PROFILES, ParamError, load_profile, merge_settings, notebook_parameters
 from .paths import ROOT, data_dir, figures_dir
@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = sub.add_parser("verdicts", help="claims whose verdict changed between a commit and figures/")
     verdicts.add_argument("--before", default="main", help="git ref of the earlier claims (default main)")
     verdicts.add_argument("--after", type=Path, default=None, help="figures folder of the later claims (default figures/)")
+    rejudge = sub.add_parser("rejudge", help="re-derive every verdict from the stored per-run values (no simulation); "
+                             "rewrite figures/*/claims.json, the scorecard and the README's findings")
+    rejudge.add_argument("--figures", type=Path, default=None, help="figures folder (default figures/; the README only for it)")
     ver = sub.add_parser("verify", help="check that figures/ holds the outputs of one committed code version")
     ver.add_argument("--figures", type=Path, default=None, help="figures folder (default figures/)")
     args = parser.parse_args(argv)
@@ -179,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         print(gallery.write())
         if figures_dir().resolve() == (ROOT / "figures").resolve():
             gallery.update_readme()
+        return 0
+    if args.command == "rejudge":
+        print(claims.changed_text(claims.rejudge(args.figures)), end="")
+        if args.figures is None:
+            print(findings.update_readme())
         return 0
     if args.command == "verdicts":
         print(claims.changed_text(claims.changed(claims.load_commit(args.before), claims.load(args.after))), end="")
