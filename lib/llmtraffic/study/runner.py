@@ -32,7 +32,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from ..paths import DATA_ENV, NEEDS_ENV, is_under
-from . import findings, gallery, provenance, verify
+from . import claims, findings, gallery, provenance, verify
 from .atomic import atomic_write_text, folder_lock
 from .data import ensure, files_under, folders_for, notebook_needs
 from .params import ParamError, check_profile, differences, load_profile, notebook_parameters, validate
@@ -478,6 +478,7 @@ def run(
             signal.signal(signal.SIGTERM, on_term if on_term is not None else signal.SIG_DFL)
     bar.close()
     record_run(profile, outcomes, time.time() - started, only, started, _children_cpu_s() - cpu_before, speed, skipped)
+    claims.rejudge()  # each paper's family Holm-adjusted as it now stands, in every claims.json
     gallery.write()  # after every prune_stale: the gallery and scorecard list only what is left
     if figures_dir().resolve() == (ROOT / "figures").resolve():
         findings.update_readme()
