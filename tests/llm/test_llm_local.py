@@ -72,6 +72,18 @@ def test_the_prompt_cache_and_lookup_decoding_reach_the_server_and_answer(runs):
         LocalConfig("m.gguf", draft=4, prefix_cache_mb=64)
 
 
+def test_the_fenced_grammar_ends_the_answer_at_its_code_block(runs):
+    from llmtraffic.bus.reward_design.decoding import FENCED
+
+    llm = from_config(SMALL)
+    for seed in range(3):
+        [text] = llm.complete(MESSAGES, temperature=0.7, max_tokens=200, seed=seed, grammar=FENCED)
+        if text.endswith("```"):  # finished within the cap: nothing after the block's closing fence
+            assert text.count("```") == 2 and "```python\n" in text
+            return
+    pytest.fail("no answer closed its code block within 200 tokens")
+
+
 def test_the_designer_grammar_makes_the_server_write_a_fenced_reward_function(runs):
     from llmtraffic.bus.reward_design.decoding import GRAMMAR
 

@@ -45,8 +45,8 @@ class LLMDesigner:
     """The :class:`~.loop.Designer` protocol answered by an LLM.
 
     ``decoding`` (:data:`.decoding.DECODINGS`): ``free`` (the paper's), or one of the labelled
-    variants beyond it, ``grammar`` (constrained decoding) and ``structured`` (terms and weights
-    that compile to code). The analyzer's text is never constrained. ``max_tokens`` caps every
+    variants beyond it, ``grammar`` (constrained decoding), ``structured`` (terms and weights that
+    compile to code) and ``fenced`` (the answer ends at its code block's closing fence). The analyzer's text is never constrained. ``max_tokens`` caps every
     answer, or each role's (:func:`role_caps`): the paper's prompts ask for no length, and the
     analyzer's diagnosis needs fewer tokens than a whole reward function."""
 
@@ -84,7 +84,8 @@ class LLMDesigner:
             text = self._ask(messages, role, json_schema=dec.schema(s.multi_line, s.state_dim))
             code = dec.compile_terms(text, s.state_dim, label=self.name)
         else:
-            text = self._ask(messages, role, **({"grammar": dec.GRAMMAR} if self.decoding == "grammar" else {}))
+            grammar = {"grammar": dec.GRAMMAR, "fenced": dec.FENCED}.get(self.decoding)
+            text = self._ask(messages, role, **({"grammar": grammar} if grammar else {}))
             code = extract_code(text)
         return Reply(code, prompt=messages[-1]["content"], response=text)
 
