@@ -247,6 +247,13 @@ def test_llm_seeds_choose_the_llm_loops_and_must_be_among_the_agent_seeds(monkey
     for bad in ([3], []):
         with pytest.raises(ValueError, match="llm_seeds .* must be a non-empty subset of agent_seeds"):
             jobs.variant_grid(["paradigm"], [0, 1, 2], None, RUN, llm_seeds=bad)
+    # a notebook's own LLM rows run first, the rows it shares with Table 1 last; the rows come back in variant order
+    grids.clear()
+    monkeypatch.setattr(jobs.study, "run_grid", lambda fn, tasks, **kw: grids.append(list(tasks)) or
+                        [(t.get("designer"), t.get("variant")) for t in tasks])
+    found, _ = jobs.variant_grid(["paradigm", "no_refiner"], [0], {"backend": "local"}, RUN)
+    assert [t["variant"] for t in grids[1]] == ["no_refiner", "paradigm"]
+    assert found == [("search", "paradigm"), ("search", "no_refiner"), ("llm", "paradigm"), ("llm", "no_refiner")]
     # per variant: the paradigm and its ablation without refiner at 3 design runs, the others at the first seed
     assert jobs.llm_seeds_of(["paradigm", "cold", "no_refiner"], [0, 1, 2], {"paradigm": [0, 1, 2], "no_refiner": [0, 1, 2]}) \
         == {"paradigm": [0, 1, 2], "cold": [0], "no_refiner": [0, 1, 2]}

@@ -344,10 +344,19 @@ def variant_grid(variants_: list[str], agent_seeds: list[int], llm: dict | None,
                 for v in variants_ for s in (seeds[v] if llm_loop else agent_seeds)]
 
     found = study.run_grid(design_run, tasks(SEARCH), executor=executor, jobs=jobs, desc="search-designer loops")
-    found += study.run_grid(design_run, tasks(LLM_DESIGNER), desc="LLM loops")
+    # this notebook's own LLM rows first: the rows another notebook shares (SHARED) are then more likely
+    # built already, instead of asked twice at once by notebooks running side by side
+    mine = tasks(LLM_DESIGNER)
+    order = sorted(range(len(mine)), key=lambda i: mine[i]["variant"] in SHARED)
+    ran = study.run_grid(design_run, [mine[i] for i in order], desc="LLM loops")
+    found += [run for _, run in sorted(zip(order, ran), key=lambda pair: pair[0])]
     refs = study.run_grid(reference_run, [dict(seed=s, **common) for s in agent_seeds], executor=executor, jobs=jobs,
                           desc="references")
     return found, refs
+
+
+SHARED = ("paradigm", "cold")
+"""Variants whose design runs Tables 1, 3 and 4 share at ``quick`` (the same loop protocol and settings)."""
 
 
 def llm_seeds_of(variants_: list[str], agent_seeds: list[int],
