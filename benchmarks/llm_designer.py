@@ -6,7 +6,8 @@ they share the machine's load: ``today`` (the ``quick`` settings before the leve
 700-token answers, the prompt's logits kept, no prompt-state cache), ``new`` (per-role answer caps,
 no prompt logits, a prompt-state cache that keeps the constant prefix across a design run's
 requests) and ``lookup`` (the caps and prompt-lookup speculative decoding, which needs the prompt's
-logits and does not combine with the cache). The prompts are one
+logits and does not combine with the cache); ``fenced`` (``new`` with the code roles' answers ended at
+their code block's closing fence) on request. The prompts are one
 replayed case-1 design run built from the prompts module (App. A) around real trials: the RL-local
 expert reward and a modified one, each trained at the smoke DQN budget and tested on the design
 seeds. Each request is streamed: prefill tokens/s is the prompt's tokens over the time to the first
@@ -51,9 +52,11 @@ CONFIGS = {
     "today": (dict(threads=1), 700),
     "new": (dict(threads=1, prompt_logits=False, prefix_cache_mb=512), CAPS),
     "lookup": (dict(threads=1, draft=10), CAPS),  # the prompt cache does not combine with it (LocalConfig)
+    "fenced": (dict(threads=1, prompt_logits=False, prefix_cache_mb=512), CAPS, "fenced"),
 }
-"""Configuration → (``LocalConfig`` fields besides the model, answer cap: one for all roles or per role)."""
-ONLY = {"lookup": ("modifier", "refiner")}
+"""Configuration → (``LocalConfig`` fields besides the model, answer cap: one for all roles or per role[,
+the code roles' decoding: ``fenced`` ends an answer at its code block's closing fence])."""
+ONLY = {"lookup": ("modifier", "refiner"), "fenced": ("initializer", "modifier", "refiner")}
 """Configurations measured on some roles only: prompt lookup pays where the answer copies the prompt's code."""
 
 ANALYSIS = (
@@ -119,10 +122,10 @@ def chat_text(messages: list[dict]) -> str:
     return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + "<|im_start|>assistant\n"
 
 
-def streamed(server: LocalServer, messages: list[dict], max_tokens: int, seed: int) -> dict:
+def streamed(server: LocalServer, messages: list[dict], max_tokens: int, seed: int, grammar: str = "") -> dict:
     """One streamed request: wall s, time to the first answer token, answer chunks and text."""
     body = {"model": server.alias, "messages": messages, "temperature": 0.7, "max_tokens": max_tokens,
-            "seed": seed, "stream": True}
+            "seed": seed, "stream": True, **({"grammar": grammar} if grammar else {})}
     start = time.perf_counter()
     first, chunks, text = None, 0, []
     with httpx.stream("POST", f"{server.url}/chat/completions", json=body, timeout=1800) as r:
@@ -140,13 +143,13 @@ def streamed(server: LocalServer, messages: list[dict], max_tokens: int, seed: i
             "chunks": chunks, "text": "".join(text)}
 
 
-def roles_benchmark(model: str, samples: int, configs: list[str]) -> None:
+def roles_benchmark(model: str, samples: int, configs: list[str], roles: tuple[str, ...] = ROLES) -> None:
     requests = design_run_prompts(samples)
     examples = example_transitions(scenarios.case1().state_dim)
     servers = {}
     began = time.perf_counter()
     for name in configs:
-        fields, _ = CONFIGS[name]
+        fields = CONFIGS[name][0]
         servers[name] = LocalServer(LocalConfig(model=model, **fields), alias(model))
         servers[name].start()
         print(f"server {name} {fields}: started in {servers[name].startup_s:.1f} s", flush=True)
@@ -155,11 +158,12 @@ def roles_benchmark(model: str, samples: int, configs: list[str]) -> None:
     for i, (role, messages) in enumerate(requests):
         order = configs[i % len(configs):] + configs[:i % len(configs)]  # rotate who goes first
         for name in order:
-            if role not in ONLY.get(name, ROLES):
+            if role not in ONLY.get(name, ROLES) or role not in roles:
                 continue
             server, cap = servers[name], CONFIGS[name][1]
             cap = cap[role] if isinstance(cap, dict) else cap
-            r = streamed(server, messages, cap, seed=i)
+            fenced = role != "analyzer" and CONFIGS[name][2:] == ("fenced",)
+            r = streamed(server, messages, cap, seed=i, grammar=dec.FENCED if fenced else "")
             prompt = count_tokens(server, chat_text(messages))
             answer = count_tokens(server, r["text"]) if r["text"] else 0
             valid = ""
@@ -240,11 +244,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--decodings", nargs="+", default=list(dec.DECODINGS), choices=dec.DECODINGS)
     parser.add_argument("--roles", action="store_true", help="per-role timing of the server configurations")
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--configs", nargs="+", default=["today", "new", "lookup"], choices=list(CONFIGS))
+    parser.add_argument("--only-roles", nargs="+", default=list(ROLES), choices=ROLES)
     args = parser.parse_args()
     try:
         if args.roles:
-            roles_benchmark(args.model or "qwen2.5-coder-1.5b", args.samples or 2, args.configs)
+            roles_benchmark(args.model or "qwen2.5-coder-1.5b", args.samples or 2, args.configs, tuple(args.only_roles))
         else:
             args.model, args.samples = args.model or "smollm2-135m", args.samples or 4
             decodings_benchmark(args)
