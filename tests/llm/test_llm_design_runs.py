@@ -17,7 +17,7 @@ from llmtraffic.bus import scenarios
 from llmtraffic.bus import tables as bus_tables
 from llmtraffic.bus.reward_design import jobs, tables
 from llmtraffic.bus.reward_design.candidates import expert_code
-from llmtraffic.bus.reward_design.designer import LLMDesigner, role_caps
+from llmtraffic.bus.reward_design.designer import LLMDesigner
 from llmtraffic.bus.reward_design.loop import TRIVIAL_REWARD, Trial
 from llmtraffic.bus.reward_design.prompts import Setting
 from llmtraffic.llm import from_config
@@ -122,6 +122,8 @@ def test_five_design_runs_ask_with_disjoint_seeds(chat_server):
 
 
 def test_answer_caps_per_role_reach_the_server(chat_server):
+    from llmtraffic.bus.reward_design.designer import role_caps
+
     chat_server.script = [(200, chat_server.completion(VALID), 0.0)]
     caps = {"initializer": 600, "analyzer": 200, "modifier": 610, "refiner": 620, "repair": 630}
     designer = LLMDesigner(from_config(_llm(chat_server.url)), Setting.of(scenarios.case1()), max_tokens=caps)
