@@ -81,7 +81,9 @@ class LocalConfig:
     always reuses the prefix its previous request shares with the next one; with the cache, a request
     also resumes from the longest prefix of any kept earlier request, so the system prompt and task
     description that every designer request of a design run repeats are read once per role, not once
-    per request, although the analyzer's requests alternate with the modifier's."""
+    per request, although the analyzer's requests alternate with the modifier's. The capacity counts the
+    kept model states (about 28 KB per token for Qwen2.5-Coder-1.5B); each kept state also holds the
+    server's logits rows (up to 512 × vocabulary floats, 311 MB for Qwen), which it does not count."""
     draft: int = 0
     """Prompt-lookup speculative decoding (``--draft_model prompt-lookup-decoding``): tokens proposed per
     step from the prompt's own n-grams, checked in one batch (0: off). Pays when an answer copies its
