@@ -56,13 +56,15 @@ def test_the_schema_admits_only_the_terms_the_task_allows():
 def test_each_decoding_sends_its_constraint_and_the_free_one_none():
     code = "```python\ndef reward(current_state, action, next_state):\n    return 0.0\n```"
     terms = json.dumps({"terms": [{"term": "hold", "weight": 1.0}]})
-    backend = Recording([code, code, terms])
+    backend = Recording([code, code, terms, "Here it is.\n" + code])
     llm = LLM(backend)
-    free, grammar, structured = (LLMDesigner(llm, SETTING, decoding=d) for d in dec.DECODINGS)
+    free, grammar, structured, fenced = (LLMDesigner(llm, SETTING, decoding=d) for d in dec.DECODINGS)
     assert free.initial().code.startswith("def reward") and backend.constraints[-1] == {}
     assert grammar.initial().code.startswith("def reward") and backend.constraints[-1] == {"grammar": dec.GRAMMAR}
     reply = structured.initial()
     assert set(backend.constraints[-1]) == {"json_schema"} and "r -= 1.0 * hold" in reply.code
     assert "Answer with JSON only" in backend.messages[-1]["content"] and "```python block" not in backend.messages[-1]["content"]
+    assert fenced.initial().code.startswith("def reward") and backend.constraints[-1] == {"grammar": dec.FENCED}
+    assert "```python block" in backend.messages[-1]["content"]  # the paper's prompt: only the answer's end is fixed
     with pytest.raises(ValueError, match="decoding must be one of"):
         LLMDesigner(llm, SETTING, decoding="beam")

@@ -167,7 +167,7 @@ def test_a_row_that_kept_its_warm_start_is_no_result_of_the_designer():
                  Step(1, "modify", "llm", True, accepted=second_accepted, trial=Trial({"travel_time_s": 990.0})),
                  Step(2, "modify", "bad", False, reason="syntax error at line 1")]
         final = steps[1] if second_accepted else steps[0]
-        return jobs.DesignRun("m", "paradigm", seed, Outcome(steps, final.code, final.trial))
+        return jobs.DesignRun("m", "paradigm", seed, Outcome(steps, final.code, final.trial), final_code=final.code)
 
     why = tables.kept_start([run(0, False), run(1, False)])
     assert why.startswith("every loop (2 of 2) kept its given start") and "2 valid candidate(s)" in why
@@ -247,11 +247,23 @@ def test_llm_seeds_choose_the_llm_loops_and_must_be_among_the_agent_seeds(monkey
     for bad in ([3], []):
         with pytest.raises(ValueError, match="llm_seeds .* must be a non-empty subset of agent_seeds"):
             jobs.variant_grid(["paradigm"], [0, 1, 2], None, RUN, llm_seeds=bad)
+    # a notebook's own LLM rows run first, the rows it shares with Table 1 last; the rows come back in variant order
+    grids.clear()
+    monkeypatch.setattr(jobs.study, "run_grid", lambda fn, tasks, **kw: grids.append(list(tasks)) or
+                        [(t.get("designer"), t.get("variant")) for t in tasks])
+    found, _ = jobs.variant_grid(["paradigm", "no_refiner"], [0], {"backend": "local"}, RUN)
+    assert [t["variant"] for t in grids[1]] == ["no_refiner", "paradigm"]
+    assert found == [("search", "paradigm"), ("search", "no_refiner"), ("llm", "paradigm"), ("llm", "no_refiner")]
+    # per variant: the paradigm and its ablation without refiner at 3 design runs, the others at the first seed
+    assert jobs.llm_seeds_of(["paradigm", "cold", "no_refiner"], [0, 1, 2], {"paradigm": [0, 1, 2], "no_refiner": [0, 1, 2]}) \
+        == {"paradigm": [0, 1, 2], "cold": [0], "no_refiner": [0, 1, 2]}
+    with pytest.raises(ValueError, match="names variant\\(s\\) \\['eureka'\\] that do not run here"):
+        jobs.llm_seeds_of(["paradigm"], [0, 1, 2], {"eureka": [0]})
 
 
 def _designed(label: str, seed: int, code: str | None) -> jobs.DesignRun:
     failure = "" if code else "no valid reward in 2 tries"
-    return jobs.DesignRun(label, "paradigm", seed, Outcome([], code, None, failure))
+    return jobs.DesignRun(label, "paradigm", seed, Outcome([], code, None, failure), final_code=code or "")
 
 
 def test_each_agent_seed_trains_its_own_design_or_a_fewer_designs_row_in_turn():

@@ -16,7 +16,7 @@ CODE = expert_code(scenarios.case1().state_dim).replace("return", "return 0.5 *"
 
 
 def _inputs():
-    run = DesignRun("search designer", "paradigm", 0, outcome=SimpleNamespace(final_code=CODE, ok=True))
+    run = DesignRun("search designer", "paradigm", 0, outcome=SimpleNamespace(final_code=CODE, ok=True), final_code=CODE)
     gone = DesignRun("LLM designer", "paradigm", 0, unavailable="needs an LLM backend")
     ref = ReferenceRun(0, [{"method": "no holding", "seed": 5, "travel_time_s": 7.0},
                            {"method": EXPERT, "seed": 5, "travel_time_s": -1.0}], {})  # -1: the unvalidated agent

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmtraffic.llm import Cassette, from_config
-from llmtraffic.llm.local import LLMServerError, exit_reason, stop_all
+from llmtraffic.llm.local import LLMServerError, LocalConfig, exit_reason, server_options, stop_all
 
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
@@ -52,6 +52,36 @@ def test_a_constraint_reaches_the_server_and_joins_the_cassette_key(runs):
     assert text in ("yes", "no")
     [entry] = [json.loads(line) for line in (runs / "llm" / "c.jsonl").read_text().splitlines()]
     assert entry["params"]["grammar"] == 'root ::= "yes" | "no"' and entry["backend"] == "local"
+
+
+def test_the_prompt_cache_and_lookup_decoding_reach_the_server_and_answer(runs):
+    """The designer's levers are server flags: a cache of prompt states without prompt logits, and
+    prompt-lookup speculative decoding; each server answers, and a repeated prefix is resumed."""
+    cached = from_config({**SMALL, "prompt_logits": False, "prefix_cache_mb": 64})
+    other = [{"role": "system", "content": "You answer briefly."}, *MESSAGES]
+    for messages in (MESSAGES, other, MESSAGES):
+        assert cached.complete(messages, temperature=0.7, max_tokens=8, seed=2)[0].strip()
+    log = cached.backend.server.log_path.read_text()
+    assert "--logits_all false --cache true --cache_type ram --cache_size 67108864" in log
+    assert "cache hit" in log  # the third request resumed the first one's state, not the second's
+    lookup = from_config({**SMALL, "draft": 4})
+    assert lookup.complete(MESSAGES, temperature=0.7, max_tokens=8, seed=2)[0].strip()
+    assert "--draft_model prompt-lookup-decoding --draft_model_num_pred_tokens 4" in lookup.backend.server.log_path.read_text()
+    assert server_options(LocalConfig("m.gguf")) == ["--logits_all", "true"]  # llama-cpp-python's default
+    with pytest.raises(ValueError, match="draft and prefix_cache_mb do not combine"):
+        LocalConfig("m.gguf", draft=4, prefix_cache_mb=64)
+
+
+def test_the_fenced_grammar_ends_the_answer_at_its_code_block(runs):
+    from llmtraffic.bus.reward_design.decoding import FENCED
+
+    llm = from_config(SMALL)
+    for seed in range(3):
+        [text] = llm.complete(MESSAGES, temperature=0.7, max_tokens=200, seed=seed, grammar=FENCED)
+        if text.endswith("```"):  # finished within the cap: nothing after the block's closing fence
+            assert text.count("```") == 2 and "```python\n" in text
+            return
+    pytest.fail("no answer closed its code block within 200 tokens")
 
 
 def test_the_designer_grammar_makes_the_server_write_a_fenced_reward_function(runs):

@@ -135,7 +135,7 @@ class Case2Agents:
 
     def codes(self) -> dict[int, str]:
         """Agent seed → the reward code the loop chose."""
-        return {seed: run.outcome.final_code for seed, run in self.designs.items()}
+        return {seed: run.final_code for seed, run in self.designs.items()}
 
 
 def case2_agents(llm: dict | None, dqn: dict, loop: dict, agent_seeds: list[int], design_seeds: list[int],
@@ -159,11 +159,11 @@ def case2_agents(llm: dict | None, dqn: dict, loop: dict, agent_seeds: list[int]
     designs = study.run_grid(design_run, tasks, executor=executor if llm is None else "serial", jobs=jobs,
                              desc="case-2 reward design")
     for run in designs:
-        if not run.has_reward:
+        if not run.counted:
             raise ValueError(f"case-2 reward design has no reward: {run.unavailable or run.failure}")
     ours = ours_label(llm)
     runs = {(m, a): ("case2", {}, r, dqn) for a, run in zip(agent_seeds, designs)
-            for m, r in (("RL-local", "rl_local"), ("RL-global", "rl_global"), (ours, run.outcome.final_code))}
+            for m, r in (("RL-local", "rl_local"), ("RL-global", "rl_global"), (ours, run.final_code))}
     # validation episodes as long as the training ones: 4-h validation was four fifths of a case-2 agent's cost
     agents = train_each(runs, val_seeds, {}, executor, jobs, train_horizon_s, train_horizon_s)  # seeds checked above
     return Case2Agents(ours, agents, dict(zip(agent_seeds, designs)))

@@ -68,10 +68,11 @@ def holding_note(mine: pd.DataFrame) -> str:
 
 
 def paired(rows: pd.DataFrame, method: str, reference: str, measure: str,
-           relative: bool = False) -> stats.Estimate:
+           relative: bool = False, noun: str = "agent") -> stats.Estimate:
     """Difference ``method − reference`` of ``measure`` over independent runs, paired as the module
-    docstring says (:func:`llmtraffic.study.stats.compare`)."""
-    return stats.compare(_units(rows, method), _units(rows, reference), measure, relative)
+    docstring says (:func:`llmtraffic.study.stats.compare`); ``noun``: what one run of ``method`` is
+    (``design run`` for rows whose agents were averaged per design run)."""
+    return stats.compare(_units(rows, method), _units(rows, reference), measure, relative, noun=noun)
 
 
 def comparisons(rows: pd.DataFrame, methods: list[str], references: list[str], columns: dict[str, str],

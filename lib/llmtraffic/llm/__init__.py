@@ -4,7 +4,8 @@ Config (a dict, usually the ``llm:`` parameter of a notebook)::
 
     backend: local           # local | openai | hf | replay
     # local:  model (qwen2.5-coder-1.5b | smollm2-135m | /path/any.gguf), threads, n_ctx, seed,
-    #         startup_timeout_s, timeout_s, max_retries: a llama.cpp server the study starts and stops
+    #         startup_timeout_s, timeout_s, max_retries, prompt_logits, prefix_cache_mb, draft:
+    #         a llama.cpp server the study starts and stops
     # openai: base_url, model, api_key_env, timeout_s, max_retries, backoff_s, backoff_max_s, seed
     # hf:     path, model (name; default: directory name), quantization (null | nf4), device, seed
     # replay: cassette, model and source (the recorded model and backend; inferred when the

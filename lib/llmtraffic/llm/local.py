@@ -71,11 +71,35 @@ class LocalConfig:
     """Per-request timeout: CPU decoding of a long answer takes minutes."""
     max_retries: int = 1
     """Retries of a failed request (a dead server is not retried: it raises at once)."""
+    prompt_logits: bool = True
+    """Whether the server computes the logits of every prompt token (``--logits_all``, llama-cpp-python's
+    default). Only log-probabilities of prompt tokens and speculative decoding read them; without them
+    prefill skips the output layer (151,936 × 1,536 for Qwen2.5-Coder-1.5B) on all but the last token.
+    Speculative decoding (``draft``) turns them on whatever this says."""
+    prefix_cache_mb: int = 0
+    """Capacity of the server's prompt-state cache in MB (``--cache``, in RAM; 0: none). The server
+    always reuses the prefix its previous request shares with the next one; with the cache, a request
+    also resumes from the longest prefix of any kept earlier request, so the system prompt and task
+    description that every designer request of a design run repeats are read once per role, not once
+    per request, although the analyzer's requests alternate with the modifier's. The capacity counts the
+    kept model states (about 28 KB per token for Qwen2.5-Coder-1.5B); each kept state also holds the
+    server's logits rows (up to 512 × vocabulary floats, 311 MB for Qwen), which it does not count."""
+    draft: int = 0
+    """Prompt-lookup speculative decoding (``--draft_model prompt-lookup-decoding``): tokens proposed per
+    step from the prompt's own n-grams, checked in one batch (0: off). Pays when an answer copies its
+    prompt, as a modifier's revision of the current reward does."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"llm (local): model must be a registry name or a .gguf path, got {self.model!r}")
-        for name, low in (("threads", 1), ("n_ctx", 256), ("seed", 0), ("max_retries", 0)):
+        if not isinstance(self.prompt_logits, bool):
+            raise ValueError(f"llm (local): prompt_logits must be true or false, got {self.prompt_logits!r}")
+        if self.draft and self.prefix_cache_mb:
+            raise ValueError("llm (local): draft and prefix_cache_mb do not combine: speculative decoding keeps the "
+                             "logits of every token, and the server's cache copies all of them (n_ctx × vocabulary "
+                             "floats, 5 GB for Qwen2.5-Coder at n_ctx 8192) into every kept state")
+        for name, low in (("threads", 1), ("n_ctx", 256), ("seed", 0), ("max_retries", 0), ("prefix_cache_mb", 0),
+                          ("draft", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"llm (local): {name} must be an integer >= {low}, got {value!r}")
@@ -109,7 +133,7 @@ class LocalServer:
         command = [sys.executable, "-c", WATCHDOG, str(os.getpid()), "--model", str(gguf),
                    "--model_alias", self.alias, "--host", "127.0.0.1", "--port", str(self.port),
                    "--n_threads", threads, "--n_threads_batch", threads, "--n_ctx", str(self.cfg.n_ctx),
-                   "--seed", str(self.cfg.seed)]
+                   "--seed", str(self.cfg.seed), *server_options(self.cfg)]
         began = time.perf_counter()
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(command[3:])}\n".encode())
@@ -165,6 +189,16 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 _signal_group(process.pid, signal.SIGKILL)
                 process.wait(5.0)
+
+
+def server_options(cfg: LocalConfig) -> list[str]:
+    """The llama-cpp-python server flags of ``cfg``'s decoding and caching options."""
+    out = ["--logits_all", str(cfg.prompt_logits or cfg.draft > 0).lower()]
+    if cfg.prefix_cache_mb:
+        out += ["--cache", "true", "--cache_type", "ram", "--cache_size", str(cfg.prefix_cache_mb << 20)]
+    if cfg.draft:
+        out += ["--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", str(cfg.draft)]
+    return out
 
 
 def exit_reason(code: int) -> str:

@@ -9,6 +9,11 @@
   well-formed answer is a valid program. The prompt's output section lists the terms instead of
   asking for code.
 
+* ``fenced`` — the answer ends with its code block: the text before the block and the code inside it
+  are the model's, unconstrained; a GBNF grammar only ends the answer at the block's closing fence,
+  so the prose that models add after the code (the prompts ask for the reasoning as comments in the
+  code) costs no decoding time.
+
 ``free`` is the paper's protocol: unconstrained text, the code taken from its fenced block.
 """
 
@@ -18,13 +23,18 @@ import json
 
 from .search import BY_NAME, Program, allowed, render
 
-DECODINGS = ("free", "grammar", "structured")
+DECODINGS = ("free", "grammar", "structured", "fenced")
 
 GRAMMAR = r'''root ::= "```python\n" imports "def reward(current_state, action, next_state):\n" line+ "```"
 imports ::= ("import math\n" | "import numpy as np\n")*
 line ::= "    " [^\n`]+ "\n"
 '''
 """GBNF of the ``grammar`` variant: one fenced reward function, body lines indented."""
+
+FENCED = r'''root ::= text "```python\n" text "```"
+text ::= ([^`] | "`" [^`] | "``" [^`])*
+'''
+"""GBNF of the ``fenced`` variant: any text without a triple backtick, one ```python block, nothing after it."""
 
 
 def schema(multi_line: bool, state_dim: int) -> dict:

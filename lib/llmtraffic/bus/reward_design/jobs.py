@@ -16,8 +16,10 @@ A row that cannot run here (an LLM row without an ``llm`` config) comes back as 
 with ``unavailable`` saying why, never as a magic string in a table cell. The designer is the search
 designer (no LLM) unless an ``llm`` config is given: that alone selects the LLM designer, and the
 row is labelled with its model (the model card's name for a local model, and the paper's LLM it
-stands in for when given). A loop that ran but whose model wrote no valid starting reward in K tries
-is a result, not a missing row: ``failure`` says so with its counts, and the row has no evaluation.
+stands in for when given). A loop that ran but whose model wrote no valid reward in K tries is a
+design run with its start's result, not a missing run: ``failure`` says so with its counts, ``kept``
+names the start it kept (the warm start, or the trivial one when a cold start's initializer wrote
+nothing valid), and that start's agent is evaluated.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from ..scenarios import Scenario
 from . import designer as llm_designer, variants
 from .direct import LLMDirect
 from .candidates import Designed, DesignSetup, design_reward, expert_code, train_and_test
-from .loop import Designer, LoopConfig, Outcome
+from .loop import TRIVIAL_REWARD, Designer, LoopConfig, Outcome
 from .prompts import Setting
 from .search import LABEL, SearchDesigner
 
@@ -74,7 +76,7 @@ def with_cassette(llm: dict | None) -> dict | None:
 
 
 def make_designer(llm: dict | None, scenario: Scenario, critic: bool = False, seed: int = 0,
-                  decoding: str = "free", max_tokens: int = 1500) -> tuple[Designer, LLM | None]:
+                  decoding: str = "free", max_tokens: int | dict[str, int] = 1500) -> tuple[Designer, LLM | None]:
     """The search designer (seeded from ``seed``), or an LLM designer built from the ``llm`` config."""
     setting = Setting.of(scenario)
     if llm is None:
@@ -104,6 +106,12 @@ class DesignRun:
     """Wall time of the loop when it ran (not when it came from the cache)."""
     unavailable: str = ""
     """Why this row did not run (empty when it did)."""
+    final_code: str = ""
+    """The reward the run's agents train on: the loop's answer or, when its designer wrote no valid
+    reward, the start it kept (:attr:`kept`)."""
+    kept: str = ""
+    """The start the run kept because its designer wrote no valid reward (a value of :data:`KEPT`);
+    empty when the designer's work chose the final reward."""
 
     @property
     def label(self) -> str:
@@ -116,24 +124,43 @@ class DesignRun:
 
     @property
     def has_reward(self) -> bool:
-        """Whether the loop ran and has a final reward (and evaluation rows)."""
+        """Whether the loop ran and its designer's work chose its final reward."""
         return not self.unavailable and self.outcome is not None and self.outcome.ok
+
+    @property
+    def counted(self) -> bool:
+        """Whether the run has a final reward and evaluation rows: its designer's, or the start it
+        kept. A design run that found nothing is a run with its start's result, not a missing run."""
+        return not self.unavailable and bool(self.final_code)
+
+
+KEPT = {"warm": "its warm start (the RL-local expert reward)",
+        "cold": "the trivial start (holding penalty only: the initializer wrote no valid reward in K tries)",
+        "none": "its trivial start (holding penalty only)"}
+"""What a design run whose designer wrote no valid reward keeps, by the loop's start."""
+
+
+def design_of(runs: dict[str, list[DesignRun]], agent_seeds: list[int]) -> dict[tuple[str, int], int]:
+    """(row label, agent seed) → the seed of the design run whose final reward that agent seed
+    trains. A row with a design run per agent seed trains each run's own reward. A row with fewer
+    runs (an LLM row: each request costs minutes of CPU here) trains its runs' rewards in turn, an
+    agent seed's own run first, so that the row still has an agent per agent seed;
+    :func:`shared_designs` says so. Runs that kept their start count (:attr:`DesignRun.counted`)."""
+    out: dict[tuple[str, int], int] = {}
+    for label, g in runs.items():
+        done = {r.seed: r for r in g if r.counted}
+        if {r.seed for r in g} >= set(agent_seeds):
+            out |= {(label, seed): seed for seed in done}
+        elif done:
+            kept = list(done)
+            out |= {(label, a): a if a in done else kept[i % len(kept)] for i, a in enumerate(agent_seeds)}
+    return out
 
 
 def trained_rewards(runs: dict[str, list[DesignRun]], agent_seeds: list[int]) -> dict[tuple[str, int], str]:
-    """(row label, agent seed) → the final reward code that agent seed trains. A row with a design
-    run per agent seed trains each run's own reward. A row with fewer runs (an LLM row: each request
-    costs minutes of CPU here) trains its runs' rewards in turn, an agent seed's own run first, so
-    that the row still has an agent per agent seed; :func:`shared_designs` says so."""
-    out: dict[tuple[str, int], str] = {}
-    for label, g in runs.items():
-        done = {r.seed: r for r in g if r.has_reward}
-        if {r.seed for r in g} >= set(agent_seeds):
-            out |= {(label, seed): r.outcome.final_code for seed, r in done.items()}
-        elif done:
-            kept = list(done.values())
-            out |= {(label, a): done.get(a, kept[i % len(kept)]).outcome.final_code for i, a in enumerate(agent_seeds)}
-    return out
+    """(row label, agent seed) → the final reward code that agent seed trains (:func:`design_of`)."""
+    codes = {(label, r.seed): r.final_code for label, g in runs.items() for r in g if r.counted}
+    return {(label, a): codes[(label, d)] for (label, a), d in design_of(runs, agent_seeds).items()}
 
 
 def shared_designs(runs: dict[str, list[DesignRun]], agent_seeds: list[int]) -> dict[str, str]:
@@ -142,7 +169,7 @@ def shared_designs(runs: dict[str, list[DesignRun]], agent_seeds: list[int]) -> 
     not design, variation."""
     out = {}
     for label, g in runs.items():
-        done = [r.seed for r in g if r.has_reward]
+        done = [r.seed for r in g if r.counted]
         if done and not {r.seed for r in g} >= set(agent_seeds):
             runs_ = "1 design run" if len(done) == 1 else f"{len(done)} design runs"
             out[label] = (f"{len(agent_seeds)} agents trained on the final reward of {runs_} "
@@ -168,11 +195,12 @@ def _candidate_trainer(params: dict):
 def design_run(*, designer: str, llm: dict | None, variant: str, seed: int, dqn: dict, design_seeds: list[int],
                eval_seeds: list[int], iterations: int, slack: float | list[float], k: int = 3, tries: int = 4,
                horizon_s: float | None = None, train_horizon_s: float | None = None, scenario: str = "case1",
-               decoding: str = "free", max_tokens: int = 1500, paper_llm: str = "") -> DesignRun:
+               decoding: str = "free", max_tokens: int | dict[str, int] = 1500, paper_llm: str = "") -> DesignRun:
     """Run the loop for one designer (``search`` or ``llm``), variant and agent seed (cached).
 
     ``dqn`` holds :class:`~llmtraffic.rl.dqn.DQNConfig` fields (the seed comes from ``seed``, which
-    also seeds the search designer); ``design_seeds`` are the episodes the loop tests each
+    also seeds the search designer and the LLM's sampling: each request of the run has its own seed,
+    none shared with another run, :meth:`~.designer.LLMDesigner.request_seed`); ``design_seeds`` are the episodes the loop tests each
     candidate on (its feedback, §4.3); ``eval_seeds`` are separate episodes on which the final
     reward's agent is reported, so the reported numbers are not the ones the loop selected on.
     ``designer="llm"`` without ``llm`` returns a row that says it needs an LLM backend. ``tries``
@@ -185,8 +213,10 @@ def design_run(*, designer: str, llm: dict | None, variant: str, seed: int, dqn:
         return DesignRun("LLM designer", variant, seed, unavailable=NEEDS_LLM)
     llm = with_cassette(llm) if designer == LLM_DESIGNER else None
     llm_only = dict(decoding=decoding, max_tokens=max_tokens) if llm is not None else {}
+    # k only matters to the Eureka-style variant: the other rows of two notebooks that differ in k are one run
     params = dict(llm=llm, variant=variant, seed=seed, dqn=dqn, design_seeds=list(design_seeds),
-                  eval_seeds=list(eval_seeds), iterations=iterations, slack=slack, k=k, tries=tries,
+                  eval_seeds=list(eval_seeds), iterations=iterations, slack=slack,
+                  k=k if variant == "eureka" else None, tries=tries,
                   horizon_s=horizon_s, train_horizon_s=train_horizon_s, scenario=scenario, **llm_only)
     label = designer_label(llm, paper_llm, decoding)
 
@@ -195,11 +225,15 @@ def design_run(*, designer: str, llm: dict | None, variant: str, seed: int, dqn:
         setup = _setup(scenario, dqn, seed, design_seeds, horizon_s, train_horizon_s)
         settings, critic = variants.loop_settings(variant, LoopConfig(iterations=iterations, slack=slack, tries=tries), k)
         agent, model = make_designer(llm, setup.scenario, critic=critic, seed=seed, **llm_only)
-        outcome, final = design_reward(setup, agent, settings, progress=False, train=_candidate_trainer(params))
-        rows = ([{"seed": s, **evaluate(setup.scenario, final.controller, s, horizon_s)} for s in eval_seeds]
-                if outcome.ok else [])
+        train = _candidate_trainer(params)
+        outcome, final = design_reward(setup, agent, settings, progress=False, train=train)
+        kept = "" if outcome.ok else KEPT[settings.start]
+        if final is None:  # no valid starting reward: the run keeps the trivial start
+            final = train(setup, TRIVIAL_REWARD)
+        rows = [{"seed": s, **evaluate(setup.scenario, final.controller, s, horizon_s)} for s in eval_seeds]
         usage = model.usage().as_dict() if model is not None else None
-        return DesignRun(label, variant, seed, outcome, rows, usage, time.perf_counter() - start)
+        return DesignRun(label, variant, seed, outcome, rows, usage, time.perf_counter() - start,
+                         final_code=final.code, kept=kept)
 
     run = study.cached("bus_reward_design", params, build)
     run.designer = label  # the label is not part of the cache key
@@ -294,24 +328,60 @@ def direct_cost(run: DirectRun) -> dict:
 
 def variant_grid(variants_: list[str], agent_seeds: list[int], llm: dict | None, common: dict,
                  executor: str = "serial", jobs: int = 1, llm_iterations: int | None = None,
-                 llm_seeds: list[int] | None = None, **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
+                 llm_seeds: list[int] | dict[str, list[int]] | None = None,
+                 **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
     """Every variant × agent seed with the search designer (through ``executor``), then with the LLM
     (serially: one client, one cassette; rows that say why without ``llm``), and the references.
     ``llm_iterations`` (default ``common["iterations"]``) and ``llm_seeds`` (default
-    ``agent_seeds``): the LLM loops' iterations and agent seeds, fewer where each request costs
-    minutes of CPU."""
-    llm_seeds = agent_seeds if llm_seeds is None else llm_seeds
-    if not llm_seeds or not set(llm_seeds) <= set(agent_seeds):
-        raise ValueError(f"llm_seeds {llm_seeds} must be a non-empty subset of agent_seeds {agent_seeds} (the references run on those)")
+    ``agent_seeds``; or per variant, :func:`llm_seeds_of`): the LLM loops' iterations and design
+    runs' seeds, fewer where each request costs minutes of CPU."""
+    seeds = llm_seeds_of(variants_, agent_seeds, llm_seeds)
 
     def tasks(designer: str) -> list[dict]:
         llm_loop = designer == LLM_DESIGNER
         mine = {**common, "iterations": llm_iterations} if llm_loop and llm_iterations else common
         return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **mine)
-                for v in variants_ for s in (llm_seeds if llm_loop else agent_seeds)]
+                for v in variants_ for s in (seeds[v] if llm_loop else agent_seeds)]
 
     found = study.run_grid(design_run, tasks(SEARCH), executor=executor, jobs=jobs, desc="search-designer loops")
-    found += study.run_grid(design_run, tasks(LLM_DESIGNER), desc="LLM loops")
+    # this notebook's own LLM rows first: the rows another notebook shares (SHARED) are then more likely
+    # built already, instead of asked twice at once by notebooks running side by side
+    mine = tasks(LLM_DESIGNER)
+    order = sorted(range(len(mine)), key=lambda i: mine[i]["variant"] in SHARED)
+    ran = study.run_grid(design_run, [mine[i] for i in order], desc="LLM loops")
+    found += [run for _, run in sorted(zip(order, ran), key=lambda pair: pair[0])]
     refs = study.run_grid(reference_run, [dict(seed=s, **common) for s in agent_seeds], executor=executor, jobs=jobs,
                           desc="references")
     return found, refs
+
+
+SHARED = ("paradigm", "cold")
+"""Variants whose design runs Tables 1, 3 and 4 share at ``quick`` (the same loop protocol and settings)."""
+
+
+def llm_seeds_of(variants_: list[str], agent_seeds: list[int],
+                 llm_seeds: list[int] | dict[str, list[int]] | None) -> dict[str, list[int]]:
+    """Variant → the seeds of its LLM design runs: ``agent_seeds`` (None), one list for every
+    variant, or a list per variant (a variant left out gets the first agent seed alone). Each
+    must be a non-empty subset of ``agent_seeds`` (the references run on those)."""
+    if llm_seeds is None:
+        out = dict.fromkeys(variants_, list(agent_seeds))
+    elif isinstance(llm_seeds, dict):
+        unknown = sorted(set(llm_seeds) - set(variants_))
+        if unknown:
+            raise ValueError(f"llm_seeds names variant(s) {unknown} that do not run here; running: {variants_}")
+        out = {v: list(llm_seeds.get(v, agent_seeds[:1])) for v in variants_}
+    else:
+        out = dict.fromkeys(variants_, list(llm_seeds))
+    for v, seeds in out.items():
+        if not seeds or not set(seeds) <= set(agent_seeds):
+            raise ValueError(f"llm_seeds {seeds} ({v}) must be a non-empty subset of agent_seeds {agent_seeds} "
+                             "(the references run on those)")
+    return out
+
+
+def design_runs_note(runs: dict[str, list[DesignRun]]) -> str:
+    """``"design runs per LLM row: paradigm (ours) 5, Eureka-style 1"`` for the captions ('' without LLM rows)."""
+    counts = [f"{variants.NAMES[g[0].variant]} {sum(not r.unavailable for r in g)}"
+              for g in runs.values() if g[0].usage is not None]
+    return f"design runs per LLM row: {', '.join(counts)}" if counts else ""

@@ -63,17 +63,18 @@ def reference_lines(ax, travel_time_s: dict[str, float]):
     return ax
 
 
-def plot_trajectory(outcome: Outcome, ax=None, label: str = "loop"):
+def plot_trajectory(outcome: Outcome, ax=None, label: str = "loop", row: int = 0):
     """The loop's trajectory: the best accepted test travel time by iteration (a step line), every
     accepted candidate (dots), the candidates the refiner rejected or the best-of-k did not keep
-    (crosses), and the answers that never trained (invalid code) as a count under each iteration.
-    A loop without a valid starting reward is drawn as its outcome in words."""
+    (crosses), and the answers that never trained (invalid code) as a count under each iteration
+    (``row``: which line of counts, when several loops share the axes). A loop without a valid
+    starting reward is drawn as its outcome in words; one that kept its given start draws that start."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     ax = ax or plt.gca()
     df = outcome.history()
-    if not outcome.ok:
+    if outcome.final is None:
         return no_panel(ax, f"{label}:\n{outcome.failure}")
     tested = trained(outcome)
     acc, rej = tested[tested["accepted"]], tested[~tested["accepted"]]
@@ -85,11 +86,30 @@ def plot_trajectory(outcome: Outcome, ax=None, label: str = "loop"):
     invalid = df[~df["valid"] & df["written"]].groupby("iteration").size() if "written" in df else df.iloc[0:0]
     for i, n in invalid.items():
         ax.annotate(f"{n} invalid", (i, 0), xycoords=("data", "axes fraction"), textcoords="offset points",
-                    xytext=(0, 4), ha="center", fontsize=7, color=line.get_color())
+                    xytext=(0, 4 + 9 * row), ha="center", fontsize=7, color=line.get_color())
     ax.set_xlabel("iteration")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are counts
     ax.set_ylabel("test average travel time on the design seeds (s)")
     ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_runs(outcomes: dict[str, Outcome], ax=None, kept: dict[str, str] | None = None):
+    """Every design run of a row on one axes (:func:`plot_trajectory`, one colour per run, ``outcomes``
+    by label); a run without any trained reward (a cold start that kept the trivial start) is named
+    in words under the lines, with its start (``kept``: label → what the run kept)."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.gca()
+    drawn = {label: o for label, o in outcomes.items() if o.final is not None}
+    if not drawn:
+        return no_panel(ax, "\n".join(f"{label}: {o.failure}" for label, o in outcomes.items()))
+    for row, (label, outcome) in enumerate(drawn.items()):
+        plot_trajectory(outcome, ax=ax, label=label, row=row)
+    words = [f"{label}: no valid reward, kept {(kept or {}).get(label, 'its start')}"
+             for label in outcomes if label not in drawn]
+    if words:
+        ax.text(0.01, 0.99, "\n".join(words), transform=ax.transAxes, fontsize=6, va="top")
     return ax
 
 

@@ -44,7 +44,7 @@ def eval_frame(runs: dict[str, list[DesignRun]], references: list[ReferenceRun] 
     """One row per (method label, agent seed, evaluation episode) with the measures and ``noun``,
     what one run of the row is (a design run, or a reference's trained agent)."""
     rows = [{"method": label, "agent_seed": r.seed, "noun": "design run", **row}
-            for label, g in runs.items() for r in g if r.has_reward for row in r.eval_rows]
+            for label, g in runs.items() for r in g if r.counted for row in r.eval_rows]
     return pd.DataFrame(rows + reference_rows(references))
 
 
@@ -73,14 +73,16 @@ def _rows(frame: pd.DataFrame, label: str) -> pd.DataFrame:
     return g
 
 
-def reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
-    """Label → why the row has no result: it did not run (``unavailable``), or none of its loops
-    found a valid reward (``no valid reward from <model> in K tries``, with the counts)."""
+def reasons(runs: dict[str, list[DesignRun]], kept: bool = True) -> dict[str, str]:
+    """Label → why the row has no result: it did not run (``unavailable``), or none of its runs
+    has a final reward to evaluate (``no valid reward from <model> in K tries``, with the counts).
+    A design run that kept its start (:attr:`~.jobs.DesignRun.kept`) has its start's result;
+    ``kept=False`` judges a row by its designer's rewards alone (a comparison of designers)."""
     out = {}
     for label, g in runs.items():
         if all(r.unavailable for r in g):
             out[label] = g[0].unavailable
-        elif not any(r.has_reward for r in g):
+        elif not any(r.counted if kept else r.has_reward for r in g):
             out[label] = no_reward(g)
     return out
 
@@ -88,13 +90,51 @@ def reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
 def kept_start(g: list[DesignRun]) -> str:
     """Why a row of loops that all ended on their given start (the warm start: a reward the
     designer did not write) is no result of the designer: its agents are the start's agents again,
-    equal to that reward's own row by construction. Empty when some loop accepted a written reward."""
-    ran = [r for r in g if r.has_reward]
-    if not ran or len(ran) < len(g) or any(s.accepted and s.written for r in ran for s in r.outcome.steps):
+    equal to that reward's own row by construction. Empty when some loop accepted a written reward,
+    or when the row's runs started from the designer's own first reward (a cold start that kept the
+    trivial start has a result of its own, that start's)."""
+    ran = [r for r in g if r.counted]
+    given = all(r.outcome.steps and not r.outcome.steps[0].written for r in ran)
+    if not ran or len(ran) < len(g) or not given or any(s.accepted and s.written for r in ran for s in r.outcome.steps):
         return ""
     valid = sum(s.written and s.ok for r in ran for s in r.outcome.steps)
     return (f"every loop ({len(ran)} of {len(g)}) kept its given start: the designer's {valid} valid candidate(s) "
-            "were all rejected by the refiner, so the row's agents are the start's own, equal to it by construction")
+            "were all rejected by the refiner or none was written, so the row's agents are the start's own, "
+            "equal to it by construction")
+
+
+def kept_count(g: list[DesignRun]) -> str:
+    """``"2 of 5 design runs found no valid reward and kept …"`` for a row with such runs ('' without)."""
+    kept = [r for r in g if r.counted and r.kept]
+    if not kept:
+        return ""
+    ran = [r for r in g if r.counted]
+    starts = "; ".join(sorted({r.kept for r in kept}))
+    return (f"{len(kept)} of {len(ran)} design runs found no valid reward and kept {starts}, "
+            f"counted with that start's result (seed{'s' * (len(kept) > 1)} {', '.join(str(r.seed) for r in kept)})")
+
+
+def kept_notes(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
+    """Label → :func:`kept_count`, for the rows with design runs that kept their start."""
+    return {label: note for label, g in runs.items() if (note := kept_count(g))}
+
+
+def per_design_run(frame: pd.DataFrame, design_of: dict[tuple[str, int], int]) -> pd.DataFrame:
+    """``frame``'s rows with the agents of each design run averaged, per method and eval seed, and
+    the design run's seed in ``agent_seed``: the claim's unit is the design run, so n counts design
+    runs however many agents each trained. ``design_of``: (method, agent seed) → the seed of the
+    design run whose final reward that agent trained; rows of other methods are kept as they are."""
+    mine = pd.Series([key in design_of for key in zip(frame["method"], frame["agent_seed"])], index=frame.index, dtype=bool)
+    rest, ours = frame[~mine], frame[mine].copy()
+    if ours.empty:
+        return frame
+    ours["agent_seed"] = [design_of[(m, a)] for m, a in zip(ours["method"], ours["agent_seed"])]
+    measures = [c for c in ours.columns if c not in ("method", "agent_seed", "seed") and
+                pd.api.types.is_numeric_dtype(ours[c])]
+    keys = ["method", "agent_seed", "seed"]
+    others = [c for c in ours.columns if c not in keys and c not in measures]
+    averaged = ours.groupby(keys, sort=False).agg({**{c: "mean" for c in measures}, **{c: "first" for c in others}})
+    return pd.concat([rest, averaged.reset_index()], ignore_index=True)
 
 
 def claim_reasons(runs: dict[str, list[DesignRun]]) -> dict[str, str]:
@@ -266,11 +306,12 @@ def loop_summary(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
         h = [r.outcome.history() for r in ran]
         done = [r.outcome.final.travel_time for r in ran if r.has_reward]
         out[label] = {
+            "design runs": len(ran),
             "candidates": sum(len(x) for x in h),
             "invalid": sum(int((~x["valid"]).sum()) for x in h),
             "not kept": sum(int((x["valid"] & ~x["accepted"]).sum()) for x in h),
             "distinct rewards": sum(len({s.code for s in r.outcome.steps}) for r in ran),
-            "loops without a valid reward": f"{len(ran) - len(done)} of {len(ran)}",
+            "loops without a valid reward (kept their start)": f"{len(ran) - len(done)} of {len(ran)}",
             "final design travel time (s)": round(float(np.mean(done)), 1) if done else "none",
             "wall time (s)": round(sum(r.wall_s for r in ran), 1),
         }

@@ -32,8 +32,8 @@ def validated_frame(runs: dict[str, list[DesignRun]], references: list[Reference
     checkpoint was kept).
 
     Case 1 only (the loops of Tables 3 and 4 run on it)."""
-    final = {(label, r.seed): ("case1", {}, r.outcome.final_code, dqn)
-             for label, g in runs.items() for r in g if r.has_reward}
+    final = {(label, r.seed): ("case1", {}, r.final_code, dqn)
+             for label, g in runs.items() for r in g if r.counted}
     final |= {(EXPERT, ref.seed): ("case1", {}, "rl_local", dqn) for ref in references}
     agents = train_each(
         final, val_seeds, {"eval_seeds": eval_seeds, "design_seeds": design_seeds}, executor=executor, jobs=jobs,
