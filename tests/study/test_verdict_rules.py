@@ -149,6 +149,15 @@ def test_claims_that_share_agents_say_so(claims_ctx, outdirs):
     assert "same agents as `b`" in (outdirs / "figures" / "SCORECARD.md").read_text()
 
 
+def test_agents_label_names_the_seeds_so_equal_labels_mean_the_same_agents():
+    assert claims.agents_label("case-2 agents (x)", [2, 0, 1, 3, 4]) == "case-2 agents (x), agent seeds 0–4"
+    assert claims.agents_label("IDQN", [0, 2]) == "IDQN, agent seeds 0, 2"
+    assert claims.agents_label("IDQN", [3]) == "IDQN, agent seed 3"
+    assert claims.agents_label("a", [0, 1, 2]) != claims.agents_label("a", [0, 1])
+    with pytest.raises(ValueError, match="no agent seeds"):
+        claims.agents_label("a", [])
+
+
 # ---------------------------------------------------------------- the fixed side's variance
 
 

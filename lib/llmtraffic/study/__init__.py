@@ -18,7 +18,7 @@ Notebooks use::
 
 from . import stats, tables
 from .cache import cached, cached_together, dependency_digest, is_cached, source_digest
-from .claims import claim
+from .claims import agents_label, claim
 from .context import Context, begin, current
 from .executor import grid, run_grid
 from .outputs import plot_series, save_figure, save_table
@@ -26,7 +26,7 @@ from .provenance import DirtyTreeError
 from .paths import DataMissingError, data_dir, data_path, figures_dir, runs_dir
 
 __all__ = [
-    "Context", "DataMissingError", "DirtyTreeError", "begin", "cached", "cached_together", "claim", "current", "data_dir",
+    "Context", "DataMissingError", "DirtyTreeError", "agents_label", "begin", "cached", "cached_together", "claim", "current", "data_dir",
     "data_path", "dependency_digest", "figures_dir", "grid", "is_cached", "plot_series", "run_grid", "runs_dir",
     "save_figure", "save_table", "source_digest", "stats", "tables",
 ]

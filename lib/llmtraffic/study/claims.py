@@ -249,6 +249,17 @@ def adjust(claims: list[dict]) -> list[dict]:
 _recorded: dict[str, dict[str, Claim]] = {}  # notebook stem -> claim id -> claim (this process)
 
 
+def agents_label(what: str, seeds: Sequence[int]) -> str:
+    """The ``agents`` of :func:`claim`: what was trained and its agent seeds, e.g. "case-2 agents
+    (…), agent seeds 0–4". Claims whose labels are equal rest on the same agents."""
+    seeds = sorted(int(s) for s in seeds)
+    if not seeds:
+        raise ValueError(f"agents_label({what!r}): no agent seeds")
+    contiguous = len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1))
+    return f"{what}, agent seed{'s' if len(seeds) > 1 else ''} " + (
+        f"{seeds[0]}–{seeds[-1]}" if contiguous else ", ".join(map(str, seeds)))
+
+
 def claim(
     id: str,
     paper: str,
