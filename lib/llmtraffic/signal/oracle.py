@@ -84,6 +84,10 @@ class RewardConfig:
     """Softmax temperature of eq. 11 (0 = argmax indicator, as in Table 2)."""
     w_e: float = 1.0
     """Weight w_E of the entropy term in eq. 14."""
+    exact: bool = False
+    """"Exact DSE" (ours): the entropy term reads the policy's exact phase distribution p
+    (constrained answers), eq. 11 with the expected counts G·p in place of the G sampled
+    answers' counts: the limit of the paper's estimate as the sample grows with τ/G fixed."""
 
     def __post_init__(self) -> None:
         if self.env not in ENV_REWARDS:
@@ -92,6 +96,8 @@ class RewardConfig:
             raise ValueError(f"RewardConfig.entropy must be 'none', 'softmax' or 'naive', got {self.entropy!r}")
         if not self.tau >= 0:
             raise ValueError(f"RewardConfig.tau must be >= 0, got {self.tau}")
+        if self.exact and self.entropy == "none":
+            raise ValueError("RewardConfig.exact: there is no entropy term to compute exactly (entropy='none')")
 
     @property
     def reads_answers(self) -> bool:

@@ -8,6 +8,7 @@ log pi_ref, V_old); the PPO update (eqs. 5, 6, 16 from :mod:`.objective`); check
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -15,12 +16,18 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .. import small_decoder
+from .. import constrained, small_decoder
+from ..constrained import AnswerTrie
 from ..small_decoder import SmallDecoder, common_prefix
 from .config import PPOConfig
 from .model import StopText, ValueHead, is_4bit, load_policy_model, pad_token_id, stop_token_ids
 from .objective import (clipped_surrogate_loss, clipped_value_loss, discounted_returns, gae, k3_kl, masked_mean,
                         standardize, token_rewards)
+
+
+def _adapted(modules) -> bool:
+    """Whether peft wrapped these projections with adapters (not with ``lora_layers`` below the top)."""
+    return all(hasattr(m, "lora_A") for m in modules)
 
 
 @dataclass
@@ -50,6 +57,11 @@ class Exchange:
     states: Tensor | None = None
     """With LoRA on the top layers only: the hidden states entering the lowest adapted layer at
     every prompt and answer position (frozen weights below it, so the update starts there)."""
+    choices: tuple[str, ...] | None = None
+    """Constrained answers (``PPOConfig.answer``): the texts the answer had to be one of; None:
+    free text. The update scores the answer under the same mask as the rollout."""
+    probs: Tensor | None = None
+    """Constrained answers: the exact probability of each of ``choices`` when sampled."""
 
 
 class LMPolicy:
@@ -98,6 +110,8 @@ class LMPolicy:
         """Sample from merged weights (see `_sampler`); False applies the adapters unmerged."""
         self._merged: nn.Module | SmallDecoder | None = None
         """The model with the adapters merged in, for sampling on CPU (see `_sampler`)."""
+        self._tries: dict[tuple[str, ...], AnswerTrie] = {}
+        """Answer tries of constrained answers, one per answer list (built once each)."""
 
     @property
     def device(self) -> torch.device:
@@ -106,17 +120,105 @@ class LMPolicy:
     # --- rollout ---------------------------------------------------------------------
 
     def sample(self, prompt: str, group_size: int | None = None, rng: np.random.Generator | None = None,
-               record: bool = True) -> tuple[list[str], Exchange]:
+               record: bool = True, choices: Sequence[str] | None = None) -> tuple[list[str], Exchange]:
         """G answers to ``prompt`` in one batched generate call; the first is the action (Alg. 1).
 
         Returns the decoded answers and the buffer entry of the first one. ``rng`` (default: the
         policy's own generator) seeds the sampling; ``record=False`` keeps the exchange out of
-        the next update's scoring (evaluation episodes).
+        the next update's scoring (evaluation episodes). ``choices``: the texts a constrained
+        answer must be one of (``PPOConfig.answer``; ignored for free answers), drawn from their
+        exact distribution (:meth:`choose`).
         """
         g = group_size or self.cfg.group_size
         prompt_ids = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(self.device)
-        out = self._generate(prompt_ids, g, int((rng or self.rng).integers(2**62)))
+        seed = int((rng or self.rng).integers(2**62))
+        if self.cfg.answer == "constrained":
+            trie = self.trie(choices)
+            logp, states = self.choose([prompt_ids[0].cpu()], trie, states=record)
+            return self.constrained_exchange(prompt_ids[0], trie, logp[0], g, seed, record, states[0])
+        out = self._generate(prompt_ids, g, seed)
         return self._exchange(prompt_ids[0], out, record)
+
+    # --- constrained answers ---------------------------------------------------------
+
+    def trie(self, choices: Sequence[str] | None) -> AnswerTrie:
+        """The answer trie of ``choices`` (built once per list)."""
+        if not choices:
+            raise ValueError("PPOConfig.answer = 'constrained': give the choices the answer must be one of")
+        key = tuple(choices)
+        if key not in self._tries:
+            self._tries[key] = AnswerTrie(self.tokenizer, key)
+        return self._tries[key]
+
+    def choose(self, prompts: list[Tensor], trie: AnswerTrie, sampler: SmallDecoder | nn.Module | None = None,
+               states: bool = False) -> tuple[Tensor, list[Tensor | None]]:
+        """The exact log-probability of each answer of ``trie`` after each prompt (prompts,
+        answers) at the config's temperature, top-k and top-p (:func:`constrained.answer_logprobs`),
+        and with ``states`` (LoRA on the top layers, sampled by a :class:`SmallDecoder`) per prompt
+        the hidden states entering the lowest adapted layer at its positions and its answers'
+        (for :meth:`constrained_exchange`), else None each.
+
+        A :class:`SmallDecoder` pre-fills each prompt once (its constant prefix kept between
+        calls) and runs the answers' rows over its keys and values (:meth:`SmallDecoder.continue_each`);
+        elsewhere (GPU, a 4-bit base) the model runs the prompt once and the rows over its cache."""
+        cfg, sampler = self.cfg, sampler or self._sampler()
+        rows = trie.ids[:, :-1] if trie.ids.shape[1] > 1 else trie.ids[:, :1]
+        tapped = states and self.frozen > 0 and isinstance(sampler, SmallDecoder)
+        if isinstance(sampler, SmallDecoder):
+            last, hidden, taps = sampler.continue_each(prompts, rows, self.pad_id, self.frozen if tapped else 0)
+            logits = constrained.children_logits(trie, last, hidden[:, :, : trie.ids.shape[1] - 1], sampler.lm_head)
+        else:
+            logits = torch.stack([self._hf_child_logits(p, trie, rows) for p in prompts])
+        logp = constrained.answer_logprobs(trie, logits.float().cpu(), cfg.temperature, cfg.top_p, cfg.top_k)
+        if not tapped:
+            return logp, [None] * len(prompts)
+        return logp, [self._tapped_states(taps, r, p, trie) for r, p in enumerate(prompts)]
+
+    def _tapped_states(self, taps: dict, row: int, prompt: Tensor, trie: AnswerTrie) -> Tensor:
+        """Prompt ``row``'s states from :meth:`SmallDecoder.continue_each`'s taps, followed by each
+        answer's: (answers, prompt + longest answer, hidden). The last answer token's state is
+        never read (it predicts nothing) and stays zero."""
+        start = taps["start"]
+        prefix = taps["prefix"]
+        if prefix is None:  # the kept prefix was computed without states: compute them (once per prefix)
+            prefix = self._reference.states(prompt[None, :start], self.frozen)[0]
+        rest = taps["rest"][row, int(taps["offset"][row]):]
+        head = torch.cat((prefix, rest))
+        answers = torch.zeros(len(trie), trie.ids.shape[1], head.shape[-1])
+        answers[:, : taps["rows"].shape[2]] = taps["rows"][row]
+        return torch.cat((head[None].expand(len(trie), -1, -1), answers), 1)
+
+    def _hf_child_logits(self, prompt: Tensor, trie: AnswerTrie, rows: Tensor) -> Tensor:
+        """``child_logits`` of one prompt through the (adapter-wrapped) model: the prompt once,
+        then the answers' rows over its cache, each row's logits gathered at the trie's children."""
+        model, dev = self.model, self.device
+        model.eval()
+        with torch.no_grad():
+            out = model(input_ids=prompt[None].to(dev), use_cache=True)
+            cache = out.cache
+            cache.batch_repeat_interleave(len(rows))
+            more = model(input_ids=rows.to(dev), cache=cache,
+                         attention_mask=torch.ones(len(rows), len(prompt) + rows.shape[1], dtype=torch.long, device=dev))
+            full = torch.cat((out.logits[:, -1:].expand(len(rows), -1, -1), more.logits), 1)[:, : trie.ids.shape[1]]
+        return full.float().cpu().gather(-1, trie.children.clamp(min=0))
+
+    def constrained_exchange(self, prompt_ids: Tensor, trie: AnswerTrie, logp: Tensor, g: int, seed: int,
+                             record: bool, states: Tensor | None = None) -> tuple[list[str], Exchange]:
+        """G answers drawn from the exact distribution ``exp(logp)`` over ``trie``'s answers
+        (no decoding; temperature 0: the mode G times), and the first one's exchange."""
+        if self.cfg.temperature == 0:
+            picks = logp.argmax().repeat(g)
+        else:
+            picks = constrained.draw(logp, g, torch.Generator().manual_seed(seed))
+        first = int(picks[0])
+        answer = trie.sequence(first)
+        exchange = Exchange(prompt_ids.cpu(), answer, [trie.answers[int(i)] for i in picks], choices=trie.answers,
+                            probs=logp.exp())
+        if states is not None:
+            exchange.states = states[first, : len(prompt_ids) + len(answer)].clone()
+        if record:
+            self.pending.append(exchange)
+        return exchange.texts, exchange
 
     def _exchange(self, prompt_ids: Tensor, out: Tensor, record: bool) -> tuple[list[str], Exchange]:
         """The decoded answers (rows of ``out``) to ``prompt_ids`` and the first one's exchange."""
@@ -128,41 +230,54 @@ class LMPolicy:
         return texts, exchange
 
     def sample_each(self, prompts: list[str], rngs: list[np.random.Generator],
-                    sampler: SmallDecoder | None = None) -> list[str]:
+                    sampler: SmallDecoder | None = None, choices: Sequence[str] | None = None) -> list[str]:
         """One answer to each prompt, drawn with ``rngs[i]`` as ``sample(prompts[i], 1, rngs[i],
         record=False)`` would draw it, but in one batch where the sampler is a
         :class:`SmallDecoder` (several episodes played together, see
         :func:`llmtraffic.signal.evaluation.evaluate_together`); one call per prompt otherwise.
         ``sampler``: a decoder of several checkpoints (:meth:`checkpoints_decoder`), prompt
-        block i answered by checkpoint i."""
+        block i answered by checkpoint i. ``choices``: as in :meth:`sample` (one list for all)."""
         if len(prompts) != len(rngs):
             raise ValueError(f"sample_each: {len(prompts)} prompts for {len(rngs)} generators")
         sampler = sampler or self._sampler()
         if not isinstance(sampler, SmallDecoder) or (len(prompts) == 1 and sampler.models == 1):
-            return [self.sample(p, 1, rng=rng, record=False)[0][0] for p, rng in zip(prompts, rngs)]
+            return [self.sample(p, 1, rng=rng, record=False, choices=choices)[0][0] for p, rng in zip(prompts, rngs)]
         cfg, tok = self.cfg, self.tokenizer
         ids = [tok(p, return_tensors="pt", add_special_tokens=False).input_ids[0] for p in prompts]
-        gens = [torch.Generator().manual_seed(int(rng.integers(2**62))) for rng in rngs]
+        seeds = [int(rng.integers(2**62)) for rng in rngs]
+        if cfg.answer == "constrained":
+            trie = self.trie(choices)
+            logp, _ = self.choose(ids, trie, sampler)
+            return [self.constrained_exchange(q, trie, lp, 1, seed, False)[0][0] for q, lp, seed in zip(ids, logp, seeds)]
+        gens = [torch.Generator().manual_seed(seed) for seed in seeds]
         out = sampler.sample_each(ids, cfg.max_new_tokens, self.stop_ids, self.pad_id, cfg.temperature, cfg.top_p,
                                   cfg.top_k, gens, stop=self.stop)
         return [tok.decode(self._trim(row), skip_special_tokens=True) for row in out]
 
-    def sample_groups(self, prompts: list[str], rng: np.random.Generator, chunk: int = 64) -> list[list[str]]:
+    def sample_groups(self, prompts: list[str], rng: np.random.Generator, chunk: int = 64,
+                      choices: Sequence[str] | None = None) -> list[list[str]]:
         """G answers to each prompt, as ``[sample(p, rng=rng, record=False)[0] for p in prompts]``
         draws them (one generator seed per prompt from ``rng``, in order), but ``chunk`` prompts per
         batch where the sampler is a :class:`SmallDecoder`: the evaluation's agreement probes,
-        ~6x cheaper than one call per prompt (each prompt pre-filled once, its G rows decoded together)."""
+        ~6x cheaper than one call per prompt (each prompt pre-filled once, its G rows decoded together).
+        ``choices``: as in :meth:`sample`."""
         if chunk < 1:
             raise ValueError(f"sample_groups: chunk must be >= 1, got {chunk}")
         sampler = self._sampler()
         if not isinstance(sampler, SmallDecoder):
-            return [self.sample(p, rng=rng, record=False)[0] for p in prompts]
+            return [self.sample(p, rng=rng, record=False, choices=choices)[0] for p in prompts]
         cfg, tok, g = self.cfg, self.tokenizer, self.cfg.group_size
         seeds = [int(rng.integers(2**62)) for _ in prompts]
         texts: list[list[str]] = []
         for start in range(0, len(prompts), chunk):
             block = prompts[start : start + chunk]
             ids = [tok(p, return_tensors="pt", add_special_tokens=False).input_ids[0] for p in block]
+            if cfg.answer == "constrained":
+                trie = self.trie(choices)
+                logp, _ = self.choose(ids, trie, sampler)
+                texts += [self.constrained_exchange(q, trie, lp, g, seed, False)[0]
+                          for q, lp, seed in zip(ids, logp, seeds[start : start + chunk])]
+                continue
             gens = [torch.Generator().manual_seed(s) for s in seeds[start : start + chunk]]
             out = sampler.sample_each(ids, cfg.max_new_tokens, self.stop_ids, self.pad_id, cfg.temperature, cfg.top_p,
                                       cfg.top_k, gens, n=g, stop=self.stop)
@@ -255,7 +370,7 @@ class LMPolicy:
         """What two policies must share to sample in one batch: the decoding settings and tokens."""
         cfg = self.cfg
         return (cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, tuple(self.stop_ids), self.pad_id,
-                cfg.stop_text)
+                cfg.stop_text, cfg.answer)
 
     def _rng_devices(self) -> list:
         return [self.device] if self.device.type == "cuda" else []
@@ -285,16 +400,20 @@ class LMPolicy:
             for start in range(0, len(self.pending), self.cfg.minibatch_size):
                 batch = self.pending[start : start + self.cfg.minibatch_size]
                 prompts, answers = [e.prompt_ids for e in batch], [e.answer_ids for e in batch]
+                tries = [self.trie(e.choices) if e.choices else None for e in batch]
                 if fast:  # the frozen layers once for both: the policy and pi_ref differ above them only
-                    states = self._states(prompts, answers) if self.frozen else None
-                    logp, values, _ = self._evaluate(prompts, answers, sampler, states=states)
-                    ref_logp, _, _ = self._evaluate(prompts, answers, self._reference, states=states)
+                    if self.frozen and all(e.states is not None for e in batch):  # kept from the rollout
+                        states = nn.utils.rnn.pad_sequence([e.states for e in batch], batch_first=True)
+                    else:
+                        states = self._states(prompts, answers) if self.frozen else None
+                    logp, values, _ = self._evaluate(prompts, answers, sampler, states=states, tries=tries)
+                    ref_logp, _, _ = self._evaluate(prompts, answers, self._reference, states=states, tries=tries)
                     for row, ex in enumerate(batch if states is not None else []):
                         ex.states = states[row, : len(ex.prompt_ids) + len(ex.answer_ids)].clone()
                 else:
-                    logp, values, _ = self._evaluate(prompts, answers)
+                    logp, values, _ = self._evaluate(prompts, answers, tries=tries)
                     with self.model.disable_adapter():  # pi_ref: the same base without adapters
-                        ref_logp, _, _ = self._evaluate(prompts, answers)
+                        ref_logp, _, _ = self._evaluate(prompts, answers, tries=tries)
                 for row, ex in enumerate(batch):
                     n = len(ex.answer_ids)
                     ex.old_logp, ex.ref_logp, ex.old_values = (
@@ -313,11 +432,13 @@ class LMPolicy:
         return self._reference.states(ids, self.frozen, shared)
 
     def _evaluate(self, prompts: list[Tensor], answers: list[Tensor], decoder: SmallDecoder | None = None,
-                  lora: list | None = None, states: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                  lora: list | None = None, states: Tensor | None = None,
+                  tries: list[AnswerTrie | None] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Log-probabilities and values at each answer token of a right-padded batch, computed
         by the adapter-wrapped model or by ``decoder`` (with the low-rank factors ``lora``, see
         :meth:`_factors`; from ``states``, the hidden states entering the lowest adapted layer,
-        where given).
+        where given). ``tries``: per row, the answer trie of a constrained answer (its
+        log-probabilities are the masked conditionals of the rollout), or None (free text).
 
         Returns ``logp``, ``values`` and ``mask``, each (batch, longest answer). The LM head runs
         only on answer positions, so memory does not scale with prompt length x vocabulary.
@@ -340,12 +461,24 @@ class LMPolicy:
             head = decoder.output
         h = hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))
         logits = head(h).float() / (self.cfg.temperature or 1.0)
+        if tries is not None and any(t is not None for t in tries):
+            logits = logits + self._answer_masks(answers, tries, logits.shape[1], logits.shape[2]).to(dev)
         targets = ids.gather(1, pos + 1)
         logp = torch.log_softmax(logits, -1).gather(-1, targets[..., None]).squeeze(-1) * mask
         # The critic reads detached features: its loss trains the value head only, so the two
         # optimisers of A.2 each own their parameters.
         values = self.value_head(h.detach().float()) * mask
         return logp, values, mask
+
+    @staticmethod
+    def _answer_masks(answers: list[Tensor], tries: list[AnswerTrie | None], steps: int, vocab: int) -> Tensor:
+        """Additive masks (batch, steps, vocab) of the rows' answer tries (0 for free answers and
+        past an answer's end)."""
+        out = torch.zeros(len(answers), steps, vocab)
+        for row, (answer, trie) in enumerate(zip(answers, tries)):
+            if trie is not None:
+                out[row, : len(answer)] = trie.mask_answer(answer.cpu(), vocab)
+        return out
 
     # --- update ----------------------------------------------------------------------
 
@@ -391,7 +524,7 @@ class LMPolicy:
         states = (nn.utils.rnn.pad_sequence([e.states for e in batch], batch_first=True)
                   if decoder is not None and all(e.states is not None for e in batch) else None)
         logp, values, mask = self._evaluate([e.prompt_ids for e in batch], [e.answer_ids for e in batch], decoder, lora,
-                                            states)
+                                            states, [self.trie(e.choices) if e.choices else None for e in batch])
         if cfg.standardize_advantages:
             adv = standardize(adv, mask)
         policy_loss = clipped_surrogate_loss(logp, old_logp, adv, cfg.clip_low, cfg.clip_high, mask)
