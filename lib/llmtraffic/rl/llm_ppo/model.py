@@ -83,11 +83,6 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _adapted(modules) -> bool:
-    """Whether peft wrapped these projections with adapters (not with ``lora_layers`` below the top)."""
-    return all(hasattr(m, "lora_A") for m in modules)
-
-
 def pad_token_id(tokenizer) -> int:
     """The id that fills padded positions: the tokenizer's pad token, else its EOS.
 
