@@ -74,6 +74,29 @@ class AnswerTrie:
                 kids = self.nodes[s[:j]]
                 self.children[a, j, : len(kids)] = torch.tensor(kids)
                 self.target[a, j] = kids.index(s[j])
+        self._branch_rows()
+
+    def _branch_rows(self) -> None:
+        """``rows`` (rows, length): the fewest token rows whose hidden states give the logits at
+        every node with a choice below the root (each answer up to its last such node, those that
+        are prefixes of others dropped); ``source`` (answers, longest): where answer position j's
+        logits come from, -1 for the prompt's last position (the root, and every position with one
+        child, whose conditional is 1 whatever the logits), else the flat index row·length + column."""
+        needed = []
+        for s in self.seqs:
+            last = max((j for j in range(1, len(s)) if len(self.nodes[s[:j]]) > 1), default=0)
+            needed.append(s[:last])
+        rows = sorted({r for r in needed if r and not any(len(o) > len(r) and o[: len(r)] == r for o in needed)})
+        width = max(map(len, rows), default=0)
+        self.rows = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            self.rows[i, : len(r)] = torch.tensor(r)
+        self.source = torch.full(self.target.shape, -1, dtype=torch.long)
+        for a, s in enumerate(self.seqs):
+            for j in range(1, len(s)):
+                if len(self.nodes[s[:j]]) > 1:
+                    row = next(i for i, r in enumerate(rows) if r[:j] == s[:j])
+                    self.source[a, j] = row * width + j - 1
 
     def __len__(self) -> int:
         return len(self.answers)
@@ -134,14 +157,22 @@ def draw(logp: Tensor, n: int, generator: torch.Generator | None) -> Tensor:
     return torch.multinomial(logp.exp(), n, replacement=True, generator=generator)
 
 
-def children_logits(trie: AnswerTrie, last: Tensor, hidden: Tensor, head: Tensor) -> Tensor:
+def children_logits(trie: AnswerTrie, last: Tensor, hidden: Tensor | None, head: Tensor) -> Tensor:
     """``child_logits`` of :func:`answer_logprobs` from final hidden states: ``last`` (prompts,
-    hidden) at each prompt's last position, ``hidden`` (prompts, answers, longest - 1, hidden) at
-    the answers' tokens but their last, and the LM head's weight (vocab, hidden). Only the
-    children's rows of the head are multiplied: the trie's tokens, not the vocabulary."""
-    states = torch.cat((last[:, None, None].expand(-1, len(trie), -1, -1), hidden), 2)
-    rows = head[trie.children.clamp(min=0)]  # (answers, longest, width, hidden)
-    return torch.einsum("pajh,ajkh->pajk", states.to(rows.dtype), rows)
+    hidden) at each prompt's last position and ``hidden`` (prompts, rows, length, hidden) at
+    ``trie.rows`` after it (None without rows), and the LM head's weight (vocab, hidden). Only
+    the children's rows of the head are multiplied: the trie's tokens, not the vocabulary."""
+    flat = last[:, None] if hidden is None else torch.cat((last[:, None], hidden.flatten(1, 2)), 1)
+    states = flat[:, trie.source + 1]  # (prompts, answers, longest, hidden)
+    weights = head[trie.children.clamp(min=0)]  # (answers, longest, width, hidden)
+    return torch.einsum("pajh,ajkh->pajk", states.to(weights.dtype), weights)
+
+
+def gather_children(trie: AnswerTrie, last: Tensor, more: Tensor | None) -> Tensor:
+    """``child_logits`` of one prompt from full logits: ``last`` (vocab,) after the prompt and
+    ``more`` (rows, length, vocab) at ``trie.rows`` (or None)."""
+    flat = last[None] if more is None else torch.cat((last[None], more.flatten(0, 1)))
+    return flat[trie.source + 1].gather(-1, trie.children.clamp(min=0))
 
 
 class TrieLogitsProcessor:

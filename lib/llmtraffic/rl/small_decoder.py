@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -363,33 +364,34 @@ class SmallDecoder:
         return self._rms(h[:, -1], self.norm), prompt, lengths, valid
 
     @torch.no_grad()
-    def continue_each(self, prompts: list[Tensor], rows: Tensor, pad_id: int, upto: int = 0
-                      ) -> tuple[Tensor, Tensor, dict]:
-        """The final hidden states of each prompt's last position (prompts, hidden) and of the
-        ``rows`` (n, length) appended to every prompt (prompts, n, length, hidden): e.g. the
-        answers of an :class:`~llmtraffic.rl.constrained.AnswerTrie`, scored in one forward.
-
-        Each prompt is pre-filled once (its common prefix with the others kept, as in
-        :meth:`sample_each`); its n rows attend to its keys and values without copying them
-        (:func:`shared_attention`). Rows may be right-padded (causal attention). ``upto`` > 0
-        also returns, under ``"rest"`` and ``"rows"``, the hidden states entering layer ``upto``
-        of each prompt's positions after the common prefix (rows, width, hidden; left-padded:
-        prompt r starts at ``"start" + "offset"[r]``) and of the rows (prompts, n, length, hidden)."""
-        n, length = rows.shape
+    def prefill_each(self, prompts: list[Tensor], pad_id: int, upto: int = 0) -> Prefilled:
+        """The prompts pre-filled once each (their common prefix kept, as in :meth:`sample_each`),
+        for :meth:`extend`. ``upto`` > 0 also keeps the hidden states entering layer ``upto`` at
+        their positions (:attr:`Prefilled.taps`)."""
         taps = {"layer": upto} if upto else None
         last, prompt, lengths, valid = self._prefill(prompts, pad_id, taps)
-        count = len(prompts)
-        padding = torch.zeros(valid.shape).masked_fill(~valid, float("-inf"))
-        positions = lengths.repeat_interleave(n)[:, None] + torch.arange(length)[None]
+        return Prefilled(last, prompt, lengths, torch.zeros(valid.shape).masked_fill(~valid, float("-inf")), taps or {})
+
+    @torch.no_grad()
+    def extend(self, pre: Prefilled, rows: Tensor, upto: int = 0) -> tuple[Tensor | None, Tensor | None]:
+        """Rows continuing each pre-filled prompt, ``rows`` (prompts, n, length), right-padded
+        (attention is causal) and not cached: the final hidden states at their positions
+        (prompts, n, length, hidden), and with ``upto`` > 0 the hidden states entering layer
+        ``upto`` instead (the final ones are then None: the layers above are not run). A
+        prompt's n rows read its keys and values without copying them (:func:`shared_attention`);
+        e.g. an answer trie's rows, scored in one forward."""
+        count, n, length = rows.shape
+        positions = pre.lengths.repeat_interleave(n)[:, None] + torch.arange(length)[None]
         rope = (self.cos[positions][:, None], self.sin[positions][:, None])
-        h = F.embedding(rows.repeat(count, 1), self.embed)
+        h = F.embedding(rows.reshape(count * n, length), self.embed)
+        prompt = pre.cache
         for i, p in enumerate(self.layers):
             if upto and i == upto:
-                taps["rows"] = h.view(count, n, length, -1)
+                return None, h.view(count, n, length, -1)
             q, k, v = self._qkv(h, p, {}, 0, rope)
             keys, values = prompt.keys[i][:, :, : prompt.length], prompt.values[i][:, :, : prompt.length]
-            h = self._rest(h, shared_attention(q, keys, values, padding, k, v), p, {})
-        return last, self._rms(h, self.norm).view(count, n, length, -1), taps or {}
+            h = self._rest(h, shared_attention(q, keys, values, pre.padding, k, v), p, {})
+        return self._rms(h, self.norm).view(count, n, length, -1), None
 
     def _step(self, token: Tensor, prompt: KVCache, answers: KVCache, positions: Tensor,
               padding: Tensor) -> tuple[Tensor, KVCache]:
@@ -431,8 +433,8 @@ class SmallDecoder:
         kept, cache, states, at = self._kept if self._kept is not None else (first[:0], None, None, 0)
         reuse = common_prefix(kept, first[:length])
         states = states[:reuse] if at == layer and states is not None else None
-        if reuse == 0 and layer:
-            states = self.embed.new_zeros(0, self.embed.shape[1])
+        if layer and states is None:  # kept without these states: computed again, once, with them
+            reuse, states = 0, self.embed.new_zeros(0, self.embed.shape[1])
         if not reuse == length == len(kept):
             cache = cache.truncated(reuse, length - reuse) if reuse else None
             if reuse < length:
@@ -445,6 +447,24 @@ class SmallDecoder:
         if taps is not None:
             taps["prefix"] = states
         return length, cache
+
+
+@dataclass
+class Prefilled:
+    """Prompts pre-filled by :meth:`SmallDecoder.prefill_each`."""
+
+    last: Tensor
+    """The final hidden state at each prompt's last position (prompts, hidden)."""
+    cache: KVCache
+    """Their keys and values, one row per prompt (left-padded after the common prefix)."""
+    lengths: Tensor
+    """Prompt lengths."""
+    padding: Tensor
+    """(prompts, keys): 0 for a real key, -inf for padding."""
+    taps: dict
+    """With ``upto``: the hidden states entering that layer, ``"prefix"`` (the common prefix's,
+    or None where it was kept without them) and ``"rest"`` (prompts, width, hidden), prompt r's
+    starting at column ``"offset"[r]``, after ``"start"`` prefix positions."""
 
 
 class _FrozenBelow:

@@ -57,10 +57,8 @@ class PolicyGroup:
         ids = [first.tokenizer(q, return_tensors="pt", add_special_tokens=False).input_ids[0] for q in prompts]
         if cfg.answer == "constrained":
             seeds = [int(p.rng.integers(2**62)) for p in self.policies]
-            trie = first.trie(choices)
-            logp, states = first.choose(ids, trie, decoder, states=True)
-            return [p.constrained_exchange(q, p.trie(choices), lp, g, seed, True, st)
-                    for p, q, lp, seed, st in zip(self.policies, ids, logp, seeds, states)]
+            drawn = first.draw_answers(ids, first.trie(choices), seeds, g, states=True, sampler=decoder)
+            return [p.constrained_exchange(q, p.trie(choices), *d, True) for p, q, d in zip(self.policies, ids, drawn)]
         gens = [torch.Generator().manual_seed(int(p.rng.integers(2**62))) for p in self.policies]
         out = decoder.sample_each(ids, cfg.max_new_tokens, first.stop_ids, first.pad_id, cfg.temperature, cfg.top_p,
                                   cfg.top_k, gens, n=g, stop=first.stop)

@@ -134,8 +134,8 @@ class LMPolicy:
         seed = int((rng or self.rng).integers(2**62))
         if self.cfg.answer == "constrained":
             trie = self.trie(choices)
-            logp, states = self.choose([prompt_ids[0].cpu()], trie, states=record)
-            return self.constrained_exchange(prompt_ids[0], trie, logp[0], g, seed, record, states[0])
+            drawn = self.draw_answers([prompt_ids[0].cpu()], trie, [seed], g, states=record)[0]
+            return self.constrained_exchange(prompt_ids[0], trie, *drawn, record)
         out = self._generate(prompt_ids, g, seed)
         return self._exchange(prompt_ids[0], out, record)
 
@@ -151,71 +151,87 @@ class LMPolicy:
         return self._tries[key]
 
     def choose(self, prompts: list[Tensor], trie: AnswerTrie, sampler: SmallDecoder | nn.Module | None = None,
-               states: bool = False) -> tuple[Tensor, list[Tensor | None]]:
+               upto: int = 0) -> tuple[Tensor, small_decoder.Prefilled | None]:
         """The exact log-probability of each answer of ``trie`` after each prompt (prompts,
         answers) at the config's temperature, top-k and top-p (:func:`constrained.answer_logprobs`),
-        and with ``states`` (LoRA on the top layers, sampled by a :class:`SmallDecoder`) per prompt
-        the hidden states entering the lowest adapted layer at its positions and its answers'
-        (for :meth:`constrained_exchange`), else None each.
+        and where a :class:`SmallDecoder` samples, the pre-filled prompts (kept with the hidden
+        states entering layer ``upto`` > 0, for :meth:`draw_answers`).
 
         A :class:`SmallDecoder` pre-fills each prompt once (its constant prefix kept between
-        calls) and runs the answers' rows over its keys and values (:meth:`SmallDecoder.continue_each`);
-        elsewhere (GPU, a 4-bit base) the model runs the prompt once and the rows over its cache."""
+        calls) and runs the trie's few rows (up to the last node with a choice) over its keys and
+        values; elsewhere (GPU, a 4-bit base) the model runs the prompt once and the rows over its cache."""
         cfg, sampler = self.cfg, sampler or self._sampler()
-        rows = trie.ids[:, :-1] if trie.ids.shape[1] > 1 else trie.ids[:, :1]
-        tapped = states and self.frozen > 0 and isinstance(sampler, SmallDecoder)
         if isinstance(sampler, SmallDecoder):
-            last, hidden, taps = sampler.continue_each(prompts, rows, self.pad_id, self.frozen if tapped else 0)
-            logits = constrained.children_logits(trie, last, hidden[:, :, : trie.ids.shape[1] - 1], sampler.lm_head)
+            pre = sampler.prefill_each(prompts, self.pad_id, upto)
+            hidden = sampler.extend(pre, trie.rows.expand(len(prompts), -1, -1))[0] if len(trie.rows) else None
+            logits = constrained.children_logits(trie, pre.last, hidden, sampler.lm_head)
         else:
-            logits = torch.stack([self._hf_child_logits(p, trie, rows) for p in prompts])
-        logp = constrained.answer_logprobs(trie, logits.float().cpu(), cfg.temperature, cfg.top_p, cfg.top_k)
-        if not tapped:
-            return logp, [None] * len(prompts)
-        return logp, [self._tapped_states(taps, r, p, trie) for r, p in enumerate(prompts)]
+            pre = None
+            logits = torch.stack([self._hf_child_logits(p, trie) for p in prompts])
+        return constrained.answer_logprobs(trie, logits.float().cpu(), cfg.temperature, cfg.top_p, cfg.top_k), pre
 
-    def _tapped_states(self, taps: dict, row: int, prompt: Tensor, trie: AnswerTrie) -> Tensor:
-        """Prompt ``row``'s states from :meth:`SmallDecoder.continue_each`'s taps, followed by each
-        answer's: (answers, prompt + longest answer, hidden). The last answer token's state is
-        never read (it predicts nothing) and stays zero."""
-        start = taps["start"]
-        prefix = taps["prefix"]
-        if prefix is None:  # the kept prefix was computed without states: compute them (once per prefix)
-            prefix = self._reference.states(prompt[None, :start], self.frozen)[0]
-        rest = taps["rest"][row, int(taps["offset"][row]):]
-        head = torch.cat((prefix, rest))
-        answers = torch.zeros(len(trie), trie.ids.shape[1], head.shape[-1])
-        answers[:, : taps["rows"].shape[2]] = taps["rows"][row]
-        return torch.cat((head[None].expand(len(trie), -1, -1), answers), 1)
+    def draw_answers(self, prompts: list[Tensor], trie: AnswerTrie, seeds: list[int], g: int, states: bool = False,
+                     sampler: SmallDecoder | nn.Module | None = None) -> list[tuple[Tensor, Tensor, Tensor | None]]:
+        """Per prompt: the answers' exact log-probabilities (:meth:`choose`), G answer indices
+        drawn from them with a generator seeded by ``seeds[i]`` (no decoding; temperature 0: the
+        mode G times), and with ``states`` (LoRA on the top layers, a :class:`SmallDecoder`
+        sampling) the hidden states entering the lowest adapted layer at the prompt's positions
+        and the first answer's, for the update (:attr:`Exchange.states`), else None."""
+        sampler = sampler or self._sampler()
+        tapped = states and self.frozen > 0 and isinstance(sampler, SmallDecoder)
+        logp, pre = self.choose(prompts, trie, sampler, self.frozen if tapped else 0)
+        if self.cfg.temperature == 0:
+            picks = [lp.argmax().repeat(g) for lp in logp]
+        else:
+            picks = [constrained.draw(lp, g, torch.Generator().manual_seed(seed)) for lp, seed in zip(logp, seeds)]
+        kept = self._tapped_states(sampler, pre, trie, [int(p[0]) for p in picks]) if tapped else [None] * len(prompts)
+        return list(zip(logp, picks, kept))
 
-    def _hf_child_logits(self, prompt: Tensor, trie: AnswerTrie, rows: Tensor) -> Tensor:
+    def _tapped_states(self, sampler: SmallDecoder, pre: small_decoder.Prefilled, trie: AnswerTrie,
+                       firsts: list[int]) -> list[Tensor]:
+        """Per prompt, the hidden states entering the lowest adapted layer at its positions and
+        its first answer's (that answer's tokens run up to that layer only). The last answer
+        token's state is never read (it predicts nothing) and stays zero."""
+        taps = pre.taps
+        seqs = [trie.sequence(f) for f in firsts]
+        width = max(len(q) for q in seqs) - 1
+        rows = torch.zeros(len(seqs), 1, max(width, 1), dtype=torch.long)
+        for r, q in enumerate(seqs):
+            rows[r, 0, : len(q) - 1] = q[:-1]
+        answers = sampler.extend(pre, rows, self.frozen)[1] if width else None
+        out = []
+        for r, q in enumerate(seqs):
+            rest = taps["rest"][r, int(taps["offset"][r]):]
+            tail = torch.zeros(len(q), rest.shape[-1])
+            if answers is not None:
+                tail[: len(q) - 1] = answers[r, 0, : len(q) - 1]
+            out.append(torch.cat((taps["prefix"], rest, tail)))
+        return out
+
+    def _hf_child_logits(self, prompt: Tensor, trie: AnswerTrie) -> Tensor:
         """``child_logits`` of one prompt through the (adapter-wrapped) model: the prompt once,
-        then the answers' rows over its cache, each row's logits gathered at the trie's children."""
+        then the trie's rows over its cache, logits gathered at the trie's children."""
         model, dev = self.model, self.device
         model.eval()
         with torch.no_grad():
-            out = model(input_ids=prompt[None].to(dev), use_cache=True)
-            cache = out.cache
-            cache.batch_repeat_interleave(len(rows))
-            more = model(input_ids=rows.to(dev), cache=cache,
-                         attention_mask=torch.ones(len(rows), len(prompt) + rows.shape[1], dtype=torch.long, device=dev))
-            full = torch.cat((out.logits[:, -1:].expand(len(rows), -1, -1), more.logits), 1)[:, : trie.ids.shape[1]]
-        return full.float().cpu().gather(-1, trie.children.clamp(min=0))
+            out = model(input_ids=prompt[None].to(dev), use_cache=bool(len(trie.rows)))
+            more = None
+            if len(trie.rows):
+                cache = out.cache
+                cache.batch_repeat_interleave(len(trie.rows))
+                width = len(prompt) + trie.rows.shape[1]
+                more = model(input_ids=trie.rows.to(dev), cache=cache,
+                             attention_mask=torch.ones(len(trie.rows), width, dtype=torch.long, device=dev)).logits
+        return constrained.gather_children(trie, out.logits[0, -1].float().cpu(),
+                                           None if more is None else more.float().cpu())
 
-    def constrained_exchange(self, prompt_ids: Tensor, trie: AnswerTrie, logp: Tensor, g: int, seed: int,
-                             record: bool, states: Tensor | None = None) -> tuple[list[str], Exchange]:
-        """G answers drawn from the exact distribution ``exp(logp)`` over ``trie``'s answers
-        (no decoding; temperature 0: the mode G times), and the first one's exchange."""
-        if self.cfg.temperature == 0:
-            picks = logp.argmax().repeat(g)
-        else:
-            picks = constrained.draw(logp, g, torch.Generator().manual_seed(seed))
-        first = int(picks[0])
-        answer = trie.sequence(first)
-        exchange = Exchange(prompt_ids.cpu(), answer, [trie.answers[int(i)] for i in picks], choices=trie.answers,
-                            probs=logp.exp())
-        if states is not None:
-            exchange.states = states[first, : len(prompt_ids) + len(answer)].clone()
+    def constrained_exchange(self, prompt_ids: Tensor, trie: AnswerTrie, logp: Tensor, picks: Tensor,
+                             states: Tensor | None, record: bool) -> tuple[list[str], Exchange]:
+        """The answers ``picks`` (indices into ``trie``, drawn from ``exp(logp)``, the first the
+        action) and the first one's exchange."""
+        answer = trie.sequence(int(picks[0]))
+        exchange = Exchange(prompt_ids.cpu(), answer, [trie.answers[int(i)] for i in picks], states=states,
+                            choices=trie.answers, probs=logp.exp())
         if record:
             self.pending.append(exchange)
         return exchange.texts, exchange
@@ -247,8 +263,8 @@ class LMPolicy:
         seeds = [int(rng.integers(2**62)) for rng in rngs]
         if cfg.answer == "constrained":
             trie = self.trie(choices)
-            logp, _ = self.choose(ids, trie, sampler)
-            return [self.constrained_exchange(q, trie, lp, 1, seed, False)[0][0] for q, lp, seed in zip(ids, logp, seeds)]
+            drawn = self.draw_answers(ids, trie, seeds, 1, sampler=sampler)
+            return [self.constrained_exchange(q, trie, *d, False)[0][0] for q, d in zip(ids, drawn)]
         gens = [torch.Generator().manual_seed(seed) for seed in seeds]
         out = sampler.sample_each(ids, cfg.max_new_tokens, self.stop_ids, self.pad_id, cfg.temperature, cfg.top_p,
                                   cfg.top_k, gens, stop=self.stop)
@@ -274,9 +290,8 @@ class LMPolicy:
             ids = [tok(p, return_tensors="pt", add_special_tokens=False).input_ids[0] for p in block]
             if cfg.answer == "constrained":
                 trie = self.trie(choices)
-                logp, _ = self.choose(ids, trie, sampler)
-                texts += [self.constrained_exchange(q, trie, lp, g, seed, False)[0]
-                          for q, lp, seed in zip(ids, logp, seeds[start : start + chunk])]
+                drawn = self.draw_answers(ids, trie, seeds[start : start + chunk], g, sampler=sampler)
+                texts += [self.constrained_exchange(q, trie, *d, False)[0] for q, d in zip(ids, drawn)]
                 continue
             gens = [torch.Generator().manual_seed(s) for s in seeds[start : start + chunk]]
             out = sampler.sample_each(ids, cfg.max_new_tokens, self.stop_ids, self.pad_id, cfg.temperature, cfg.top_p,
