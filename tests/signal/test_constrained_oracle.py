@@ -10,7 +10,7 @@ import torch
 from llmtraffic.rl.llm_ppo import LMPolicy, torch_threads
 from llmtraffic.signal.oracle import RewardConfig, softmax_dse
 from llmtraffic.signal.oracle_training import OracleConfig, train
-from llmtraffic.signal.prompt import answer_choices, parse_phase
+from llmtraffic.signal.prompt import parse_phase
 from llmtraffic.signal.surrogate import SurrogateConfig, compact_prompt, load_surrogate, surrogate_ppo_config, train_surrogate
 
 
@@ -86,3 +86,12 @@ def test_one_constrained_ppo_update_on_smollm2_lowers_the_clipped_loss_and_chang
         after_logp, _, _ = policy._evaluate(*batch, *policy._trainer(), states, tries)
     after = clipped_surrogate_loss(after_logp, old, adv, policy.cfg.clip_low, policy.cfg.clip_high, mask).item()
     assert after < before
+
+
+def test_the_hurdle_is_calibrated_at_the_70th_percentile_of_zero_shot_r_env():
+    from llmtraffic.signal.oracle import calibrate_hurdle
+
+    assert calibrate_hurdle(range(11)) == pytest.approx(7.0)  # 70 % of the eleven decisions cut the queue by < 7
+    assert calibrate_hurdle([-2, 0, 0, 1, 5], 0.5) == 0.0
+    with pytest.raises(ValueError, match="no R_env"):
+        calibrate_hurdle([])

@@ -337,16 +337,16 @@ class SmallDecoder:
                        lambda token, step, answers: self._step(token, prompt, answers, (lengths + step)[:, None], padding),
                        stop, constraint)
 
-    def _prefill(self, prompts: list[Tensor], pad_id: int, taps: dict | None = None
+    def _prefill(self, prompts: list[Tensor], pad_id: int, taps: dict | None = None, lean: bool = False
                  ) -> tuple[Tensor, KVCache, Tensor, Tensor]:
         """The prompts pre-filled (see :meth:`sample_each`): the final hidden state at each one's
         last position (rows, hidden), their keys and values (one row per prompt, left-padded
         after the common prefix), their lengths, and which keys are real (rows, keys).
-        ``taps``: as in :meth:`_trunk` (the prompts' rests only, left-padded)."""
+        ``taps``: as in :meth:`_trunk` (the prompts' rests only, left-padded). ``lean``: see :meth:`_prefix`."""
         rows, lengths = len(prompts), torch.tensor([len(p) for p in prompts])
         if rows % self.models:
             raise ValueError(f"sample_each: {rows} prompts do not split into {self.models} equal blocks")
-        start, prefix = self._prefix(prompts, taps)
+        start, prefix = self._prefix(prompts, taps, lean)
         width = int(lengths.max()) - start
         offset = width - (lengths - start)
         ids = torch.full((rows, width), pad_id, dtype=torch.long)
@@ -369,7 +369,7 @@ class SmallDecoder:
         for :meth:`extend`. ``upto`` > 0 also keeps the hidden states entering layer ``upto`` at
         their positions (:attr:`Prefilled.taps`)."""
         taps = {"layer": upto} if upto else None
-        last, prompt, lengths, valid = self._prefill(prompts, pad_id, taps)
+        last, prompt, lengths, valid = self._prefill(prompts, pad_id, taps, lean=True)
         return Prefilled(last, prompt, lengths, torch.zeros(valid.shape).masked_fill(~valid, float("-inf")), taps or {})
 
     @torch.no_grad()
@@ -411,7 +411,7 @@ class SmallDecoder:
         answers.length += 1
         return self.output(self._rms(h[:, -1], self.norm)), answers
 
-    def _prefix(self, prompts: list[Tensor], taps: dict | None = None) -> tuple[int, KVCache | None]:
+    def _prefix(self, prompts: list[Tensor], taps: dict | None = None, lean: bool = False) -> tuple[int, KVCache | None]:
         """The length of the prompts' common prefix (leaving each at least one token after it)
         and its keys and values, one row per model, or (0, None) without one.
 
@@ -426,6 +426,8 @@ class SmallDecoder:
         for p in prompts[1:]:
             length = min(length, common_prefix(first, p))
         layer = taps["layer"] if taps is not None else 0
+        if lean and self._kept is not None and len(self._kept[0]):
+            length = min(length, common_prefix(self._kept[0], first))
         if length < 1:
             if taps is not None:
                 taps["prefix"] = self.embed.new_zeros(0, self.embed.shape[1])
