@@ -150,7 +150,12 @@ def setting(run: dict) -> str:
             f"episode(s) per agent, an update every "
             f"{run['update_every_s']} s on the last {run['buffer_s']} s, {chosen}; fine-tunes' answers {answer(run)} "
             f"(free rows: the paper's free text{_length(run, 'free_episode_s')}); G = {ppo.get('group_size', 8)}, "
-            f"{ppo.get('prompt', 'paper')} prompt with {ppo.get('prompt_history', 2)} past decision(s), {lora}, fp32 base")
+            f"{ppo.get('prompt', 'paper')} prompt with {ppo.get('prompt_history', 2)} past decision(s), {lora}"
+            f"{_rate(ppo)}, fp32 base")
+
+
+def _rate(ppo: dict) -> str:
+    return f", actor learning rate {ppo['actor_lr']:g} (paper: 2.5e-5)" if "actor_lr" in ppo else ""
 
 
 def _length(run: dict, key: str) -> str:
