@@ -22,7 +22,10 @@ history, 10 new tokens, stop at ``</signal>``); decisions are timed at one torch
 notebook job gets) and at two (the whole machine), the PPO update at the first. Run:
 
     .venv/bin/python benchmarks/llm_backbone.py [--backbone smollm2-135m] [--scenario cologne1] [--group 8]
-        [--decisions 12] [--generate-decisions 3] [--lora-layers 4] [--threads 1 2]
+        [--decisions 12] [--generate-decisions 3] [--lora-layers 4] [--threads 1 2] [--constrained [--window 40]]
+
+e.g. ``--scenario hangzhou1x1 --decisions 4 --generate-decisions 1 --threads 1 --constrained`` for part 3 beside
+today's sampler on the same prompts.
 """
 
 from __future__ import annotations
