@@ -24,7 +24,9 @@ def test_a_learned_row_pairs_each_agent_with_the_fixed_reference_over_the_same_e
     # agent means 130 (agent 0) and 135 (agent 1); no holding's mean over eval seeds 0, 1 is 150
     diff = paired(frame(), "RL", "no holding", "headway_sd_s")
     d = np.array([-20.0, -15.0])
-    half = sps.t.ppf(0.975, 1) * d.std(ddof=1) / math.sqrt(2)
+    per_seed = np.array([-15.0, -20.0])  # per eval seed, averaged over agents: (−10 − 20) / 2, (−30 − 10) / 2
+    # no holding's eval-seed variance propagated (its level is shared by both agents); df capped at n − 1
+    half = sps.t.ppf(0.975, 1) * math.sqrt(d.var(ddof=1) / 2 + per_seed.var(ddof=1) / 2)
     assert (diff.mean, diff.n, diff.runs) == (-17.5, 2, (-20.0, -15.0))
     assert diff.of == "2 agents (× 2 episodes each)"
     assert (diff.low, diff.high) == pytest.approx((-17.5 - half, -17.5 + half))

@@ -3,6 +3,7 @@
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -392,3 +393,94 @@ def test_without_the_fix_cpu_repacking_breaks_training():
     except RuntimeError:
         return  # crashes on layers with bias (Qwen2's q/k/v): the failure the fix prevents
     assert not torch.allclose(wrong, _lora_grads(fresh, ex), atol=1e-6)
+
+
+def _stepped_grads(micro: int, checkpointing: bool = False):
+    """The adapter and value-head gradients and statistics of one PPO step over one minibatch of
+    five exchanges of different prompt and answer lengths, in micro-batches of ``micro``."""
+    cfg = PPOConfig(max_new_tokens=6, minibatch_size=5, micro_batch_size=micro, gradient_checkpointing=checkpointing,
+                    actor_max_grad_norm=1e9, critic_max_grad_norm=1e9)
+    policy = LMPolicy(*tiny(), cfg)
+    with torch.no_grad():  # adapters with weight, so the policy and pi_ref differ
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3, generator=torch.Generator().manual_seed(len(name)))
+    policy._merged = None
+    buffer = []
+    for i, prompt in enumerate(["queue", "queue 3 near 4 near 5", "<signal>", "NTST 1 ETWT", "queue 3"]):
+        _, ex = policy.sample(prompt, rng=np.random.default_rng(i))
+        ex.answer_ids = ex.answer_ids[: 2 + i % 4]  # answers of different lengths, as if ended early
+        ex.reward = float(i) - 2.0
+        buffer.append(ex)
+    policy.score_pending()
+    policy.actor_opt.step = policy.critic_opt.step = lambda: None  # keep the gradients, leave the weights
+    stats = {"policy_loss": [], "value_loss": [], "clip_frac": [], "kl": []}
+    policy._step(buffer, [policy.advantages(e) for e in buffer], stats)
+    grads = [p.grad.clone() for p in [*policy.actor_params, *policy.value_head.parameters()]]
+    return grads, stats, buffer
+
+
+@pytest.mark.parametrize("micro, checkpointing", [(1, False), (2, False), (2, True)])
+def test_micro_batches_accumulate_the_gradient_of_the_whole_minibatch(micro, checkpointing):
+    """Advantages standardised and token means taken over the whole minibatch: the accumulated
+    gradient of its micro-batches is the minibatch's own (float rounding apart)."""
+    whole, whole_stats, buffer = _stepped_grads(0)
+    assert len({len(e.answer_ids) for e in buffer}) > 1 and len({len(e.prompt_ids) for e in buffer}) > 1
+    parts, part_stats, _ = _stepped_grads(micro, checkpointing)
+    assert sum(float(g.abs().sum()) for g in whole) > 0
+    for g, h in zip(whole, parts, strict=True):
+        assert torch.allclose(g, h, rtol=1e-4, atol=1e-7), (g - h).abs().max()
+    for key, values in whole_stats.items():
+        assert part_stats[key] == pytest.approx(values, rel=1e-4, abs=1e-7)
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        PPOConfig(micro_batch_size=-1)
+
+
+def test_generate_reuses_the_shared_prompt_prefix_and_draws_the_same_answers(monkeypatch):
+    """The GPU path (``generate`` on the adapter-wrapped model): the prompt's KV cache computed once
+    and repeated for the G rows gives the answers of G full pre-fills, with the same seed."""
+    from llmtraffic.rl.llm_ppo import policy as policy_module
+
+    policy = LMPolicy(*tiny(), PPOConfig(group_size=4, max_new_tokens=6))
+    policy.merge_sampler = False  # as on a GPU or over a 4-bit base
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3, generator=torch.Generator().manual_seed(3))
+    prefills = []
+    real = policy_module.shared_prefix_cache
+    monkeypatch.setattr(policy_module, "shared_prefix_cache", lambda *a: prefills.append(a[1].shape) or real(*a))
+    cached = [policy.sample("queue 3 near 4 near", rng=np.random.default_rng(s), record=False)[0] for s in range(3)]
+    assert prefills and all(shape[0] == 1 for shape in prefills)  # one row pre-filled per decision
+    monkeypatch.setattr(policy_module, "shared_prefix_cache", lambda *a: None)
+    full = [policy.sample("queue 3 near 4 near", rng=np.random.default_rng(s), record=False)[0] for s in range(3)]
+    assert cached == full and len({tuple(c) for c in cached}) > 1
+
+
+def test_checkpoints_answer_in_one_generate_as_mixed_adapters(tmp_path):
+    """generate's path (a GPU, a 4-bit base): the checkpoints of a held-out selection loaded side by
+    side as adapters, each block of prompts answered by its own, as each answers alone (greedy)."""
+    from llmtraffic.rl.llm_ppo.adapters import MixedAdapters
+
+    policy = LMPolicy(*tiny(), PPOConfig(max_new_tokens=5, temperature=0.0))
+    policy.merge_sampler = False
+    paths = []
+    for k in range(3):
+        with torch.no_grad():
+            for name, p in policy.model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.5, generator=torch.Generator().manual_seed(10 + k))
+        policy.save(tmp_path / f"c{k}.pt")
+        paths.append(tmp_path / f"c{k}.pt")
+    prompts = ["queue 3 near", "near 4 queue", "queue 5 near", "near 6 queue", "queue 7 near", "near 8 queue"]
+    mixed = policy.checkpoints_decoder(paths)
+    assert isinstance(mixed, MixedAdapters) and mixed.models == 3
+    rngs = [np.random.default_rng(i) for i in range(6)]
+    together = policy.sample_each(prompts, rngs, mixed)
+    mixed.close()
+    alone = []
+    for k, path in enumerate(paths):
+        policy.load(path)
+        alone += [policy.sample(p, 1, record=False)[0][0] for p in prompts[2 * k : 2 * k + 2]]
+    assert together == alone and len(set(alone)) > 1
+    assert list(policy.model.peft_config) == ["default"]  # the candidates are gone

@@ -71,3 +71,13 @@ def test_convergence_states_whether_a_row_still_improves():
     assert baseline_jobs.convergence([_history(10.0)]) == "too few training episodes to tell"
     with pytest.raises(ValueError):
         baseline_jobs.convergence([])
+
+
+def test_paper_cells_within_one_percent():
+    from llmtraffic.study.stats import mean_ci
+
+    table = pd.DataFrame(index=["MaxPressure", "SOTL"])
+    table.attrs["estimates"] = {"MaxPressure / Travel Time": mean_ci([303.807]), "SOTL / Travel Time": mean_ci([218.06]),
+                                "MaxPressure / Queue": mean_ci([100.9444])}
+    paper = pd.DataFrame({"Travel Time": [303.81, 212.22], "Queue": [100.94, 69.11]}, index=["MaxPressure", "SOTL"])
+    assert baseline_jobs.paper_cells_within(table, paper, pct=1.0) == ["MaxPressure / Travel Time", "MaxPressure / Queue"]

@@ -13,7 +13,7 @@ from llmtraffic.llm.tiny import tiny_tokenizer
 from llmtraffic.signal import evaluate
 from llmtraffic.signal.oracle import RewardConfig
 from llmtraffic.signal.oracle_training import (LLMController, OracleConfig, chat_prompter, decide, evaluate_policy,
-                                               select_best, train, train_together)
+                                               retain, select_best, train, train_together)
 from llmtraffic.signal.llm_jobs import answer_agreement
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 from llmtraffic.signal.surrogate import SurrogateConfig, compact_prompt, load_surrogate, surrogate_ppo_config, train_surrogate
@@ -191,6 +191,16 @@ def test_killed_run_resumes_from_its_last_checkpoint_and_best_is_selected(raw_su
         resumed.load(path)
         alone.append(evaluate("cologne1", LLMController(resumed, prompter), seed=7, episode_s=300)["queue"])
     assert [r["queue"] for r in rows] == alone and len(set(alone)) > 1
+
+    # retention: the selection of every checkpoint recorded, then all but the best and the last deleted
+    gone = retain(tmp_path, best, rows)
+    kept = sorted(p.name for p in tmp_path.glob("*.pt"))
+    assert kept == sorted({best.name, "ep1_t00720.pt"}) and len(gone) == 4 - len(kept)
+    progress = json.loads((tmp_path / "progress.json").read_text())
+    assert progress["selection"] == json.loads(json.dumps(rows)) and progress["best"] == best.name
+    again = fresh()  # a run interrupted after its selection resumes from the last checkpoint, with the record
+    finished = train(again, prompter, cfg, tmp_path)
+    assert again.updates == 5 and finished["best"] == best and finished["selection"] == progress["selection"]
 
 
 def test_a_training_run_is_reproducible_whatever_ran_before_it(raw_surrogate, tmp_path):

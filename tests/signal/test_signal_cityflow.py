@@ -203,3 +203,44 @@ def test_hangzhou_per_call_booking_equals_per_second_booking():
         assert all(env.sim._creation(v) == t for v, t in rec.created.items())
         assert summary["throughput"] == len(rec.travel) > 500
         assert summary["travel_time_s"] == pytest.approx(sum(rec.travel) / len(rec.travel), rel=1e-9)
+
+
+# LibSignal's rules on CityFlow (llmtraffic.signal.rules) ---------------------------------------
+
+def test_libsignal_rules_on_cityflow_queue_delay_and_timer(tmp_path):
+    # LibSignal's CityFlow world counts CityFlow's own waiting vehicles on whole lanes: the two
+    # queue definitions agree here (unlike SUMO's), its pressure sees whole lanes, its delay is
+    # the sum over the 8 incoming lanes instead of the mean
+    vehicles = [("W", "T", 0), ("W", "T", 5), ("W", "T", 10), ("S", "T", 71), ("S", "T", 76), ("S", "T", 90)]
+    seen = {}
+    for rules in ("study", "libsignal"):
+        with SignalEnv(scenario(tmp_path, vehicles), SignalConfig(episode_s=100, rules=rules)) as env:
+            env.reset(seed=0)
+            for _ in range(10):
+                _, _, _, _, info = env.step(0)
+            state, summary = info["state"], env.summary()
+            seen[rules] = (sum(state.queued.values()), state.detected["S_in_1"], summary["delay"],
+                           state.phase_time_s)
+    assert seen["study"][:2] == seen["libsignal"][:2] == (3, 3)
+    assert seen["libsignal"][2] == pytest.approx(8 * seen["study"][2]) and seen["study"][2] > 0
+    with SignalEnv(scenario(tmp_path, []), SignalConfig(episode_s=30, rules="libsignal")) as env:
+        env.reset(seed=0)
+        env.step(1)
+        assert env.state.phase_time_s == 10  # the clearance counts (ours: 5 green seconds)
+
+
+def test_libsignal_throughput_counts_a_vehicle_that_left_its_lane(tmp_path):
+    # the lone west-through vehicle leaves its 290-m lane at ~31.5 s, crosses the junction (on no
+    # lane) and is on the outgoing lane at 40 s: LibSignal's CityFlow throughput counts it, arrivals do not
+    counts = {}
+    for rules in ("study", "libsignal"):
+        with SignalEnv(scenario(tmp_path, [("W", "T", 0)]), SignalConfig(episode_s=100, rules=rules)) as env:
+            env.reset(seed=0)
+            for _ in range(4):
+                env.step(4)
+            at_40 = env.summary()["throughput"]
+            for _ in range(6):
+                env.step(4)
+            counts[rules] = (at_40, env.summary()["throughput"])
+    assert counts["study"] == (0, 1)
+    assert counts["libsignal"] == (1, 1)

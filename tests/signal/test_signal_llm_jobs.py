@@ -1,11 +1,13 @@
 """OracleTSC jobs and their plain tables: backbones, agreement, cells and labels, the cached fine-tune job."""
 
+import json
 import math
 
 import numpy as np
 import pytest
 import torch
 
+from llmtraffic import paths as study_paths
 from llmtraffic.signal import llm_jobs
 from llmtraffic.signal.backbones import NEEDS_GPU, SURROGATE, backbone_unavailable, ppo_config, table8_hurdle
 from llmtraffic.signal.llm_jobs import after_of, answer_agreement, evaluate_backbone, finetune, pool
@@ -187,3 +189,32 @@ def test_together_batches_group_what_can_share_a_batch_and_split_evenly():
     assert llm_jobs.together_batches(jobs, cap=3) == [[0, 1], [2, 3, 4], [5, 6, 9], [7], [8]]
     with pytest.raises(ValueError, match="cap"):
         llm_jobs.together_batches(jobs, cap=0)
+
+
+def test_a_finetune_killed_after_its_selection_resumes_without_the_deleted_checkpoints(monkeypatch):
+    """Once the best checkpoint is chosen only it and the last stay on disk, the selection of all
+    three recorded first; a run killed in its evaluation resumes from that record."""
+    oracle = {"episodes": 1, "episode_s": 360, "update_every_s": 120, "checkpoint_every_s": 120}
+    kwargs = dict(oracle=oracle, eval_seeds=[7], select_seed=5, ppo={"group_size": 2, "seed": 3}, surrogate=TINY,
+                  probe_every=36)
+
+    class Killed(Exception):
+        pass
+
+    def killed(*args, **kw):
+        raise Killed
+
+    with monkeypatch.context() as mp:
+        mp.setattr(llm_jobs, "evaluate_runs", killed)
+        with pytest.raises(Killed):
+            finetune(SURROGATE, "synthetic", **kwargs)
+    [progress] = [p for p in (study_paths.runs_dir() / "cache" / "tsc_finetune").rglob("progress.json")
+                  if json.loads(p.read_text())["config"]["update_every_s"] == 120]
+    record = json.loads(progress.read_text())
+    kept = sorted(p.name for p in progress.parent.glob("*.pt"))
+    assert [r["checkpoint"] for r in record["selection"]] == ["ep0_t00120.pt", "ep0_t00240.pt", "ep0_t00360.pt"]
+    assert kept == sorted({record["best"], "ep0_t00360.pt"}) == record["kept"]
+    monkeypatch.setattr(llm_jobs, "select_best_together", killed)  # the record stands in for the deleted ones
+    out = finetune(SURROGATE, "synthetic", **kwargs)
+    assert out["selection"] == record["selection"] and out["best_checkpoint"].endswith(record["best"])
+    assert [r["seed"] for r in out["after"]["synthetic"]["runs"]] == [7]

@@ -58,8 +58,8 @@ def test_claims_file_and_scorecard(claims_ctx, outdirs):
     assert payload["claims"][0]["verdict"] == claims.OPPOSITE
     assert "git" in payload and payload["profile"] == "smoke"
     card = (outdirs / "figures" / "SCORECARD.md").read_text()
-    assert "| bus | 1 | 0 | 1 | 0 | 0 |" in card
-    assert "| tsc | 1 | 0 | 0 | 1 | 0 |" in card
+    assert "| bus | 1 | Holm-adjusted | 0 | 1 | 0 | 0 | 0 | 0 | 0 |" in card
+    assert "| tsc | 1 | Holm-adjusted | 0 | 0 | 1 | 0 | 0 | 0 | 0 |" in card
     assert "**opposite**" in card and "[fx_plot/table1]" in card
 
 

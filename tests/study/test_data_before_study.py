@@ -95,10 +95,10 @@ def test_an_unreachable_source_says_so_once_and_skips_only_the_notebooks_that_ne
     runs = tmp_path / "runs" / "smoke"
     assert (runs / "fx_free.ipynb").exists() and not (runs / "fx_needs.ipynb").exists()  # never started
     summary = json.loads((tmp_path / "figures" / "run.json").read_text())
-    assert summary["last_run"]["skipped"] == {"fx_needs": "its data is missing (fx/net): run `make data` with network, or set LLMTRAFFIC_DATA"}
+    assert summary["parts"][-1]["skipped"] == {"fx_needs": "its data is missing (fx/net): run `make data` with network, or set LLMTRAFFIC_DATA"}
     assert "fx_needs" not in summary["notebooks"]
     gallery = (tmp_path / "figures" / "README.md").read_text()
-    assert "Skipped fx_needs: its data is missing (fx/net): run `make data` with network, or set LLMTRAFFIC_DATA." in gallery
+    assert "Skipped fx_needs in part 1: its data is missing (fx/net): run `make data` with network, or set LLMTRAFFIC_DATA." in gallery
 
 
 def test_a_notebook_reading_data_it_does_not_declare_fails(study, source, capsys):

@@ -24,13 +24,14 @@ def test_headlines_rank_marked_then_strongest_decided(recorded):
     assert "flat" not in [c["id"] for c in findings.headlines(bus, k=10)]
 
 
-def test_identical_runs_rank_after_every_claim_with_a_spread_and_say_so(recorded):
-    # three identical runs (a deterministic simulator): a zero-width "interval" around a big effect
+def test_identical_runs_are_never_a_headline(recorded):
+    # three identical runs (a deterministic simulator): one distinct run, no verdict, however big
     claims.claim("same", "bus", "§5.6", "exact", "q", "t", ours=mean_ci([-9.0, -9.0, -9.0]), paper_value=-1.0)
     bus = [c for c in claims.load(recorded) if c["paper"] == "bus"]
-    assert [c["id"] for c in findings.headlines(bus, k=4)] == ["marked", "strong", "weak", "same"]
+    assert [c["id"] for c in findings.headlines(bus, k=4)] == ["marked", "strong", "weak"]
     same = next(c for c in bus if c["id"] == "same")
-    assert claims._ours(same) == "-9 (n = 3, identical runs: no spread to estimate)"
+    assert same["verdict"] == claims.DETERMINISTIC
+    assert claims._ours(same) == "-9 (n = 3, identical runs: one distinct run)"
 
 
 def test_readme_section_is_replaced_between_markers(recorded, tmp_path):
@@ -42,8 +43,10 @@ def test_readme_section_is_replaced_between_markers(recorded, tmp_path):
     assert "old text" not in text
     assert "4 claims: 0 reproduced, 0 opposite, 2 inconclusive, 0 not run" not in text
     assert "5 claims" not in text  # counted per paper
-    assert "claims: 2 reproduced, 0 opposite, 2 inconclusive, 0 inconclusive (n = 1), 0 no result, 0 not run." in text
-    assert "1 claims: 0 reproduced, 0 opposite, 0 inconclusive, 0 inconclusive (n = 1), 0 no result, 1 not run." in text
+    assert ("4 claims (0 of them our controls): 2 reproduced, 0 opposite, 2 inconclusive, 0 inconclusive (n = 1), "
+            "0 inconclusive (deterministic, n = 1), 0 no result, 0 not run.") in text
+    assert ("1 claims (0 of them our controls): 0 reproduced, 0 opposite, 0 inconclusive, 0 inconclusive (n = 1), "
+            "0 inconclusive (deterministic, n = 1), 0 no result, 1 not run.") in text
 
 
 def test_readme_without_markers_is_an_error(recorded, tmp_path):

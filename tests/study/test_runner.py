@@ -43,31 +43,32 @@ def test_failing_notebook_is_named_with_its_cell_and_others_still_run(outdirs, c
 def test_run_summary_records_times_and_failures_in_the_gallery(outdirs, capsys):
     assert _cli("run", "--profile", "smoke") == 1
     summary = json.loads((outdirs / "figures" / "run.json").read_text())
-    assert summary["last_run"]["profile"] == "smoke"
-    assert summary["last_run"]["jobs_failed"] == ["fx_fail"]
+    assert summary["parts"][-1]["profile"] == "smoke"
+    assert summary["parts"][-1]["jobs_failed"] == ["fx_fail"]
     assert summary["notebooks"]["fx_plot"]["ok"] and not summary["notebooks"]["fx_fail"]["ok"]
     assert summary["notebooks"]["fx_plot"]["seconds"] > 0
-    assert summary["last_run"]["wall_s"] >= max(n["seconds"] for n in summary["notebooks"].values()) - 1
+    assert summary["parts"][-1]["wall_s"] >= max(n["seconds"] for n in summary["notebooks"].values()) - 1
     # the notebooks' processes' CPU time (each kernel's start alone takes more than a CPU-second)
     # and the machine's speed reference, which make wall times of different days comparable
-    assert summary["last_run"]["cpu_s"] >= 1.0
-    speed = summary["last_run"]["speed_reference"]
+    assert summary["parts"][-1]["cpu_s"] >= 1.0
+    speed = summary["parts"][-1]["speed_reference"]
     assert speed["small_ops_us"] > 0 and speed["matmul_gflops"] > 0
     for n in summary["notebooks"].values():  # when each ran, in seconds after the run's start
-        assert 0 <= n["start_s"] < n["end_s"] <= summary["last_run"]["wall_s"] + 0.1
+        assert 0 <= n["start_s"] < n["end_s"] <= summary["parts"][-1]["wall_s"] + 0.1
         assert n["end_s"] - n["start_s"] == pytest.approx(n["seconds"], abs=0.11)
     # both notebooks are of the study "fx": its span ends with the later of them
-    assert summary["last_run"]["study_spans_s"] == {"fx": max(n["end_s"] for n in summary["notebooks"].values())}
-    # a later partial run keeps the other notebook's entry and names itself partial
+    assert summary["parts"][-1]["study_spans_s"] == {"fx": max(n["end_s"] for n in summary["notebooks"].values())}
+    # a later partial run keeps the other notebook's entry and is recorded as a part of its own
     assert _cli("run", "--profile", "smoke", "--only", "fx_plot") == 0
     summary = json.loads((outdirs / "figures" / "run.json").read_text())
-    assert set(summary["notebooks"]) == {"fx_fail", "fx_plot"} and summary["last_run"]["only"] == ["fx_plot"]
+    assert set(summary["notebooks"]) == {"fx_fail", "fx_plot"}
+    assert summary["parts"][-1]["only"] == ["fx_plot"] and summary["parts"][-1]["notebooks"] == ["fx_plot"]
+    part = len(summary["parts"])  # 2 from committed code (one code version), else 1 (see test_verify)
     readme = (outdirs / "figures" / "README.md").read_text()
-    assert "Latest run: profile `smoke` (only fx_plot), 1 notebooks" in readme
-    assert "CPU-min; machine: " in readme
-    assert "| fx_fail | smoke | " in readme and "FAILED" in readme
-    assert "| fx_plot | smoke | " in readme and " | — | " in readme  # no llm_cost table: no LLM time
-    assert "Each study's notebooks were done fx " in readme
+    assert f"| {part} | smoke | `fx_plot` (1) | " in readme and " | fx " in readme
+    assert " GFLOP/s | " in readme  # the machine's speed reference
+    assert "| fx_fail | " in readme and "FAILED" in readme
+    assert f"| fx_plot | {part} | smoke | " in readme and " | — | " in readme  # no llm_cost table: no LLM time
 
 
 def test_fail_fast_stops_after_first_failure(outdirs, capsys):

@@ -14,16 +14,20 @@ import pytest
 from llmtraffic import study
 from llmtraffic.study import claims
 from llmtraffic.study.paths import ROOT
-from llmtraffic.study.stats import mean_ci
+from llmtraffic.study.stats import difference
 
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
 OURS = re.compile(rf"^(?P<mean>{NUM})(?: \S+)? (?:\[(?P<low>{NUM}), (?P<high>{NUM})\] )?\(n = (?P<n>\d+[^\[\]]*?)"
-                  r"(?P<tail>, no CI|(?P<same>,? identical runs: no spread to estimate))?\)$")
-"""Ours: mean [low, high] (n with its unit), one run without a CI, or n identical runs (an exact difference)."""
+                  rf"(?P<tail>, no CI(?:; its agents: \[{NUM}, {NUM}\], descriptive)?|(?P<same>, identical runs: one distinct run))?\)$")
+"""Ours: mean [low, high] (n with its unit), one run without a CI (a design run's agents' spread
+descriptive), or n runs that are one value (a deterministic simulator)."""
 UNIT = re.compile(r"^\d+ (agent|eval seed|design run|system|training seed)s?\b")
-"""n with its unit ("3 agents (× 10 episodes each)"); the committed scorecard before issue 35 gave a bare n."""
-VERDICT = re.compile(r"^\*\*(" + "|".join(map(re.escape, claims.VERDICTS)) + r")\*\*$")
+"""n with its unit ("3 agents (× 10 episodes each)")."""
+_V = "|".join(map(re.escape, claims.VERDICTS))
+VERDICT = re.compile(rf"^\*\*(?P<adjusted>{_V})\*\*(?: \(unadjusted: (?P<raw>{_V})\))?$")
 LINK = re.compile(r"\[[^\]]+\]\(([^)\s]+)\)")
+CELLS = 12
+"""where, claim, backbone or designer, paper, ours, MDE, p, p (Holm), verdict, paper's value, quantity, source."""
 
 
 def _cells(line: str) -> list[str]:
@@ -31,7 +35,7 @@ def _cells(line: str) -> list[str]:
 
 
 def _rows(text: str) -> list[list[str]]:
-    """The claim rows: table rows under a paper's section (7 cells: where … source)."""
+    """The claim rows: table rows under a paper's section (where … source)."""
     rows, in_paper = [], False
     for line in text.splitlines():
         if line.startswith("## "):
@@ -49,49 +53,38 @@ def _direction(root: Path, notebook: str, claim_id: str) -> int | None:
     return found[0]["direction"] if found else None
 
 
-def _before_units(root: Path, source: str, what: str) -> bool:
-    """Whether the claim was recorded before n named its unit (its estimate has no ``of``): a
-    notebook not regenerated since issue 35."""
-    link, claim_id = LINK.search(source), re.match(r"^`([^`]+)`", what)
-    if not (link and claim_id):
-        return False
-    path = root / link.group(1).split("/")[0] / "claims.json"
-    found = [c for c in json.loads(path.read_text())["claims"] if c["id"] == claim_id.group(1)] if path.exists() else []
-    return bool(found) and bool(found[0].get("ours")) and "of" not in found[0]["ours"]
+def _decided(excludes: bool, sign: int, direction: int) -> str:
+    if not excludes:
+        return claims.INCONCLUSIVE
+    return claims.REPRODUCED if sign == direction else claims.OPPOSITE
 
 
 def check(text: str, root: Path) -> list[str]:
     """Problems of the scorecard ``text`` whose links are relative to ``root`` (empty: none)."""
     problems = []
     for row in _rows(text):
-        if len(row) not in (7, 8, 9):
-            problems.append(f"row with {len(row)} cells, not 9: {row}")
+        if len(row) != CELLS:
+            problems.append(f"row with {len(row)} cells, not {CELLS}: {row}")
             continue
-        made_by = ""
-        if len(row) == 9:  # with what the claim was tested with (issue 37)
-            where, what, made_by, paper, ours, _, verdict_cell, _, source = row
-        elif len(row) == 8:  # with the minimum detectable effect and n's unit (issue 35)
-            where, what, paper, ours, _, verdict_cell, _, source = row
-        else:
-            where, what, paper, ours, verdict_cell, _, source = row
+        where, what, made_by, paper, ours, mde, p_raw, p_holm, verdict_cell, _, _, source = row
         name = f"{where} {what[:40]!r}"
-        if len(row) == 9 and not re.match(rf"^({'|'.join(map(re.escape, claims.KINDS))})(: \S|$)", made_by):
+        if not re.match(rf"^({'|'.join(map(re.escape, claims.KINDS))})(: \S|$)", made_by):
             problems.append(f"{name}: not said what it was tested with ({made_by!r})")
         verdict = VERDICT.match(verdict_cell)
         if not verdict:
             problems.append(f"{name}: no verdict ({verdict_cell!r})")
             continue
-        verdict = verdict.group(1)
+        adjusted, raw = verdict["adjusted"], verdict["raw"] or verdict["adjusted"]
         link = LINK.search(source)
         if not link:
             problems.append(f"{name}: no link to its table or figure")
         elif not (root / link.group(1)).exists():
             problems.append(f"{name}: link {link.group(1)} points at no file")
-        if verdict == claims.NOT_RUN:
+        if adjusted == claims.NOT_RUN:
             if not re.match(r"^not run: needs \S", ours):
                 problems.append(f"{name}: 'not run' without what it needs ({ours!r})")
             continue
-        if verdict == claims.NO_RESULT:  # it ran; what it found instead of an estimate
+        if adjusted == claims.NO_RESULT:  # it ran; what it found instead of an estimate
             if not ours or OURS.match(ours):
                 problems.append(f"{name}: 'no result' without what the run found ({ours!r})")
             continue
@@ -99,26 +92,22 @@ def check(text: str, root: Path) -> list[str]:
         if not number or (number["low"] is None) != bool(number["tail"]):
             problems.append(f"{name}: no estimate with CI and n ({ours!r})")
             continue
-        if len(row) >= 8 and not UNIT.match(number["n"]) and not _before_units(root, source, what):
+        if not UNIT.match(number["n"]):
             problems.append(f"{name}: n without its unit ({number['n']!r})")
-        if number["same"]:  # identical runs of a deterministic simulator: the difference is exact
-            mean = float(number["mean"])
-            excludes, sign = mean != 0, (1 if mean > 0 else -1)
-        elif number["low"] is None:
-            excludes, sign = False, 0
-        else:
-            low, mean, high = float(number["low"]), float(number["mean"]), float(number["high"])
-            if not low <= mean <= high:
-                problems.append(f"{name}: mean {mean} outside its CI [{low}, {high}]")
-            excludes, sign = low > 0 or high < 0, (1 if mean > 0 else -1)
-        if number["n"].split(" ")[0] == "1" and not number["same"]:
-            if verdict != claims.INCONCLUSIVE_N1:
-                problems.append(f"{name}: one run but the verdict is {verdict}")
+        if number["same"]:  # one value repeated: one distinct run, never a verdict
+            if adjusted != claims.DETERMINISTIC or raw != claims.DETERMINISTIC:
+                problems.append(f"{name}: identical runs but the verdict is {adjusted}")
+            if mde != "—":
+                problems.append(f"{name}: identical runs but the MDE is {mde!r}, not —")
             continue
-        if not excludes:
-            if verdict != claims.INCONCLUSIVE:
-                problems.append(f"{name}: the CI includes 0 but the verdict is {verdict}")
+        if number["low"] is None:
+            if adjusted != claims.INCONCLUSIVE_N1:
+                problems.append(f"{name}: one run but the verdict is {adjusted}")
             continue
+        low, mean, high = float(number["low"]), float(number["mean"]), float(number["high"])
+        if not low <= mean <= high:
+            problems.append(f"{name}: mean {mean} outside its CI [{low}, {high}]")
+        excludes, sign = low > 0 or high < 0, (1 if mean > 0 else -1)
         claim_id = re.match(r"^`([^`]+)`", what)
         direction = None
         if paper and re.fullmatch(NUM, paper) and float(paper) != 0:
@@ -127,9 +116,20 @@ def check(text: str, root: Path) -> list[str]:
             direction = _direction(root, link.group(1).split("/")[0], claim_id.group(1))
         if direction is None:
             problems.append(f"{name}: the paper's direction is unknown")
-        elif verdict != (claims.REPRODUCED if sign == direction else claims.OPPOSITE):
-            problems.append(f"{name}: the CI excludes 0 on the {'same' if sign == direction else 'other'} side "
-                            f"as the paper but the verdict is {verdict}")
+            continue
+        if raw != _decided(excludes, sign, direction):
+            problems.append(f"{name}: the CI {'excludes' if excludes else 'includes'} 0 "
+                            f"{'on the ' + ('same' if sign == direction else 'other') + ' side as the paper ' if excludes else ''}"
+                            f"but the unadjusted verdict is {raw}")
+        if not (re.fullmatch(NUM, p_raw) and re.fullmatch(NUM, p_holm)):
+            problems.append(f"{name}: p-values missing ({p_raw!r}, {p_holm!r})")
+            continue
+        if float(p_holm) < float(p_raw):
+            problems.append(f"{name}: the adjusted p {p_holm} is below the raw p {p_raw}")
+        if abs(float(p_raw) - 0.05) > 0.005 and (float(p_raw) < 0.05) != excludes:
+            problems.append(f"{name}: p {p_raw} disagrees with the CI")
+        if abs(float(p_holm) - 0.05) > 0.005 and adjusted != _decided(float(p_holm) < 0.05, sign, direction):
+            problems.append(f"{name}: the adjusted p is {p_holm} but the verdict is {adjusted}")
     return problems
 
 
@@ -153,14 +153,14 @@ def test_committed_scorecard_lists_every_claim_with_a_sound_verdict():
 def card(claims_ctx, outdirs):
     study.save_table(pd.DataFrame({"v": [1.0]}), "table1", descriptive=True)
     claims.claim("same_way", "bus", "§5.2, Table 1", "A beats B", "travel (%)", "table1",
-                 ours=mean_ci([-1.9, -2.0, -2.1], of="3 agents (× 10 episodes each)"), paper_value=-3.73)
+                 ours=difference([-1.9, -2.0, -2.1], of="3 agents (× 10 episodes each)"), paper_value=-3.73)
     claims.claim("other_way", "bus", "§5.3", "C beats D", "travel (s)", "table1",
-                 ours=mean_ci([1.9, 2.0, 2.1], of="3 eval seeds"), direction=-1)
+                 ours=difference([1.9, 2.0, 2.1], of="3 eval seeds"), direction=-1)
     claims.claim("unsure", "tsc", "§4.3, Table 2", "hurdle helps", "queue (veh)", "table1",
-                 ours=mean_ci([1.0, -2.0, 3.0], of="3 agents"), paper_value=-1.2)
-    claims.claim("single", "tsc", "§4.4", "one seed", "queue (veh)", "table1", ours=mean_ci([1.0], of="1 agent (× 3 episodes)"), paper_value=1.0)
+                 ours=difference([1.0, -2.0, 3.0], of="3 agents"), paper_value=-1.2)
+    claims.claim("single", "tsc", "§4.4", "one seed", "queue (veh)", "table1", ours=difference([1.0], of="1 agent (× 3 episodes)"), paper_value=1.0)
     claims.claim("llm", "tsc", "§4.5", "GPT-4o", "queue (veh)", "table1", paper_value=-1.0, needs="an LLM backend")
-    claims.claim("exact", "tsc", "§4.6", "deterministic", "queue (veh)", "table1", ours=mean_ci([-4.0] * 3, of="3 eval seeds"), paper_value=-2.0)
+    claims.claim("exact", "tsc", "§4.6", "deterministic", "queue (veh)", "table1", ours=difference([-4.0] * 3, of="3 eval seeds"), paper_value=-2.0)
     root = outdirs / "figures"
     return root, (root / "SCORECARD.md").read_text()
 
@@ -168,8 +168,9 @@ def card(claims_ctx, outdirs):
 def test_rendered_scorecard_passes(card):
     root, text = card
     assert len(_rows(text)) == 6
-    assert "-4 (n = 3 eval seeds, identical runs: no spread to estimate)" in text
-    assert "1 (n = 1 agent (× 3 episodes), no CI) | not recorded | **inconclusive (n = 1)**" in text
+    assert "-4 (n = 3 eval seeds, identical runs: one distinct run) | — |" in text
+    assert "**inconclusive (deterministic, n = 1)**" in text
+    assert "1 (n = 1 agent (× 3 episodes), no CI) | none (n = 1) |  |  | **inconclusive (n = 1)**" in text
     assert check(text, root) == []
 
 
@@ -177,20 +178,20 @@ def test_rendered_scorecard_passes(card):
     ("old", "new", "problem"),
     [
         ("**reproduced**", "reproduced", "no verdict"),
-        ("**opposite**", "**reproduced**", "other side as the paper but the verdict is reproduced"),
-        ("**reproduced**", "**opposite**", "same side as the paper but the verdict is opposite"),
-        ("**inconclusive**", "**reproduced**", "includes 0 but the verdict is reproduced"),
+        ("**opposite**", "**reproduced**", "other side as the paper but the unadjusted verdict is reproduced"),
+        ("**reproduced**", "**opposite**", "same side as the paper but the unadjusted verdict is opposite"),
+        ("**inconclusive**", "**reproduced**", "includes 0 but the unadjusted verdict is reproduced"),
         ("-2 [-2.25, -1.75] (n = 3 agents (× 10 episodes each))", "about -2", "no estimate with CI and n"),
         ("-2 [-2.25, -1.75] (n = 3 agents (× 10 episodes each))", "-2 [-2.25, -1.75] (n = 30)", "n without its unit"),
         ("-2 [-2.25, -1.75] (n = 3 agents (× 10 episodes each))", "-2 [-2.25, 0.5] (n = 3 agents (× 10 episodes each))",
-         "includes 0 but the verdict is reproduced"),
+         "includes 0 but the unadjusted verdict is reproduced"),
         ("**inconclusive (n = 1)**", "**inconclusive**", "one run but the verdict is inconclusive"),
         ("[fx_plot/table1](fx_plot/table1.md)", "fx_plot/table1", "no link"),
         ("(fx_plot/table1.md)", "(fx_plot/table9.md)", "points at no file"),
         ("not run: needs an LLM backend", "not run: needs ", "without what it needs"),
         ("| no LLM |", "| surrogate |", "not said what it was tested with"),
-        ("-4 (n = 3 eval seeds, identical runs: no spread to estimate)", "4 (n = 3 eval seeds, identical runs: no spread to estimate)",
-         "other side as the paper but the verdict is reproduced"),
+        ("**inconclusive (deterministic, n = 1)**", "**reproduced**", "identical runs but the verdict is reproduced"),
+        ("identical runs: one distinct run) | — |", "identical runs: one distinct run) | 0 |", "identical runs but the MDE is '0'"),
     ],
 )
 def test_check_finds_each_defect(card, old, new, problem):

@@ -17,7 +17,7 @@ def _rows(values: dict[str, list[tuple[int, float]]]) -> pd.DataFrame:
 RESULTS = _rows({
     "RL": [(0, 1.0), (1, 2.0), (2, 3.0)],
     "LLM": [(0, 2.0), (1, 4.0), (2, 6.0)],  # LLM − RL = 1, 2, 3
-    "worse": [(0, 3.0), (1, 4.0), (2, 5.0)],  # − RL = 2, 2, 2: no spread, CI excludes 0
+    "worse": [(0, 3.0), (1, 4.0), (2, 5.0)],  # − RL = 2, 2, 2: no spread, so no verdict (issue 51)
     "shuffled": [(2, 30.0), (0, 10.0), (1, 20.0)],  # rows out of order: pairs by seed, − RL = 9, 18, 27
 })
 
@@ -39,16 +39,16 @@ def test_paired_differences_and_verdicts():
     col = "Δ travel vs RL"
     assert s.frame.loc["RL", col] == "reference" and ("RL", "travel") not in s.differences
     assert s.frame.loc["LLM", col] == "2.0 ± 2.5 (no detectable difference)"
-    assert s.frame.loc["worse", col] == "2.0 (n = 3 eval seeds, all equal) (worse)"
+    assert s.frame.loc["worse", col] == f"2.0 (n = 3 eval seeds, all equal) ({stats.DETERMINISTIC})"
     shuffled = s.differences["shuffled", "travel"]
     assert shuffled.mean == pytest.approx(18.0) and shuffled.half_width == pytest.approx(T2 * 9.0 / math.sqrt(3))
     higher = tables.summarize(RESULTS, ["travel"], episode="eval_seed", reference="RL", lower_is_better={"travel": False})
-    assert higher.frame.loc["worse", col] == "2.0 (n = 3 eval seeds, all equal) (better)"
+    assert higher.frame.loc["worse", col] == f"2.0 (n = 3 eval seeds, all equal) ({stats.DETERMINISTIC})"
 
 
 def test_relative_differences_in_percent_of_the_reference():
     s = tables.summarize(RESULTS, "travel", episode="eval_seed", reference="RL", relative=True, digits=0)
-    assert s.frame.loc["worse", "Δ travel vs RL (%)"] == "100 % (n = 3 eval seeds, all equal) (worse)"  # 2 / mean(RL) = 2 / 2
+    assert s.frame.loc["worse", "Δ travel vs RL (%)"] == f"100 % (n = 3 eval seeds, all equal) ({stats.DETERMINISTIC})"  # 2 / 2
     assert "in % of RL's mean" in s.caption
 
 

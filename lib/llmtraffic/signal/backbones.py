@@ -17,6 +17,8 @@ Qwen3's thinking mode is off unless ``PPOConfig.thinking`` asks for it (with at 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 from dataclasses import asdict
@@ -48,6 +50,39 @@ PAPER_BACKBONES = {
     "LLaMA3-8B": "meta-llama/Meta-Llama-3-8B-Instruct",
 }
 """Table 1's backbones (§4.1.4) → Hugging Face model ids looked up in the local cache."""
+
+GATED = {"LLaMA3-8B"}
+"""Backbones whose hub repository is gated: accept the licence on the model page, then log in
+(``hf auth login``, or ``HF_TOKEN``) before ``hf download``."""
+
+PUBLISHED_CONFIGS = {
+    # Qwen/Qwen3-0.6B config.json
+    "Qwen3-0.6B": dict(model_type="qwen3", hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                       max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                       tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645),
+    # Qwen/Qwen3-8B config.json
+    "Qwen3-8B": dict(model_type="qwen3", hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                     max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                     tie_word_embeddings=False, bos_token_id=151643, eos_token_id=151645),
+    # meta-llama/Meta-Llama-3-8B-Instruct config.json
+    "LLaMA3-8B": dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                      max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5,
+                      tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128009),
+}
+"""The published ``config.json`` of each Table 1 backbone: its identity (architecture and size,
+:func:`paper_identity`) and the shapes the GPU plan (:mod:`.gpu_plan`) predicts from when its
+weights are not here."""
+
+IDENTITY_FIELDS = ("model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
+"""The config fields that tell the Table 1 backbones apart."""
+
+PAPER_MEMORY = dict(gradient_checkpointing=True, micro_batch_size=2)
+"""How a paper backbone's PPO update fits one 48-GB GPU (the plan, :mod:`.gpu_plan`): activations
+recomputed in the backward pass, and each minibatch of 8 exchanges run as micro-batches of 2
+whose gradients accumulate (the same step as one batch)."""
 
 TABLE8 = {
     ("Qwen3-0.6B", "hangzhou1x1"): dict(actor_lr=2.5e-5, actor_weight_decay=1e-6, clip_low=0.2, clip_high=0.5, hurdle=3.7),
@@ -113,9 +148,63 @@ def backbone_unavailable(backbone: str) -> str | None:
     return None
 
 
+def paper_identity(backbone: str) -> str | None:
+    """Which Table 1 backbone ``backbone`` is, by the identity of its weights rather than the string
+    typed: a Table 1 name or its hub id; else, for weights here, the hub id recorded with them (the
+    Hugging Face cache folder ``models--ORG--NAME``) or their ``config.json``'s architecture and
+    size (:data:`IDENTITY_FIELDS`); None for anything else (the surrogate, GGUF models)."""
+    if backbone in PAPER_BACKBONES:
+        return backbone
+    by_id = {hub.lower(): name for name, hub in PAPER_BACKBONES.items()}
+    if backbone.lower() in by_id:
+        return by_id[backbone.lower()]
+    if backbone == SURROGATE or is_real_cpu_backbone(backbone):
+        return None
+    path = hf_path(backbone)
+    if path is None:
+        return None
+    for part in Path(path).resolve().parts:
+        if part.startswith("models--") and part[8:].replace("--", "/").lower() in by_id:
+            return by_id[part[8:].replace("--", "/").lower()]
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return None
+    fields = json.loads(config.read_text())
+    fields = {**fields.get("text_config", {}), **fields}
+    for name, published in PUBLISHED_CONFIGS.items():
+        if all(fields.get(k) == published[k] for k in IDENTITY_FIELDS):
+            return name
+    return None
+
+
 def table8_hurdle(backbone: str, scenario: str, default: float) -> float:
-    """H_R of Table 8 for a paper backbone on a LibSignal intersection, else ``default``."""
-    return TABLE8.get((backbone, scenario), {}).get("hurdle", default)
+    """H_R of Table 8 for a paper backbone (:func:`paper_identity`) on a LibSignal intersection,
+    else ``default``."""
+    return TABLE8.get((paper_identity(backbone), scenario), {}).get("hurdle", default)
+
+
+def weights_id(backbone: str) -> str | None:
+    """What identifies the weights of an HF backbone (cache key part): the revision of a Hugging
+    Face cache snapshot (the commit its folder is named after), else a sha256 of the folder's
+    files (names and contents); None where no folder is here."""
+    path = hf_path(backbone)
+    if path is None:
+        return None
+    resolved = Path(path).resolve()
+    if resolved.parent.name == "snapshots" and resolved.parent.parent.name.startswith("models--"):
+        return f"{resolved.parent.parent.name[8:].replace('--', '/')}@{resolved.name}"
+    return _folder_sha256(str(resolved))
+
+
+@functools.lru_cache(maxsize=None)
+def _folder_sha256(folder: str) -> str:
+    digest = hashlib.sha256()
+    for file in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(folder)).encode() + b"\0")
+        with open(file, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
 
 
 def decoding_defaults(path: str | Path | None) -> dict[str, Any]:
@@ -135,14 +224,15 @@ def decoding_defaults(path: str | Path | None) -> dict[str, Any]:
 def ppo_config(backbone: str, scenario: str, **overrides: Any) -> PPOConfig:
     """PPO settings for a backbone: the surrogate's; a GGUF backbone's (the A.2 defaults over an
     fp32 base, :data:`GGUF_PRECISION`; the file carries no sampling settings); or for any other
-    Table 8's (4-bit NF4 base) with the backbone's own decoding settings. ``overrides`` win."""
+    Table 8's of the Table 1 backbone its weights are (:func:`paper_identity`; 4-bit NF4 base,
+    :data:`PAPER_MEMORY`) with the backbone's own decoding settings. ``overrides`` win."""
     if backbone == SURROGATE:
         return surrogate_ppo_config(**overrides)
     if is_real_cpu_backbone(backbone):
         return PPOConfig(**{"load_in_4bit": False, **overrides})
-    table8 = {k: v for k, v in TABLE8.get((backbone, scenario), {}).items() if k != "hurdle"}
+    table8 = {k: v for k, v in TABLE8.get((paper_identity(backbone), scenario), {}).items() if k != "hurdle"}
     decoding = decoding_defaults(hf_path(backbone))
-    return PPOConfig(**{"load_in_4bit": True, **decoding, **table8, **overrides})
+    return PPOConfig(**{"load_in_4bit": True, **PAPER_MEMORY, **decoding, **table8, **overrides})
 
 
 def surrogate_artifact(scenario: str = "cologne1", **overrides: Any):
@@ -199,6 +289,8 @@ def backbone_params(backbone: str, scenario: str, ppo: dict | None, surrogate: d
         params["surrogate"] = surrogate_params(SurrogateConfig(**{"scenario": scenario, **(surrogate or {})}))
     if is_real_cpu_backbone(backbone):
         params["weights_sha256"] = gguf_weights.gguf_sha256(backbone)
+    elif backbone != SURROGATE:
+        params["weights"] = weights_id(backbone)
     return json.loads(json.dumps(params))
 
 

@@ -83,19 +83,78 @@ def train_all(methods: list[str], scenarios: list[str], agent_seeds: list[int], 
 
 
 def evaluate_episode(method: str, scenario: str, seed: int, episode_s: int = 3600, training: dict | None = None,
-                     controller: Any = None) -> dict:
-    """:func:`~.evaluation.evaluate_method` of one episode. A classic ``method``, or a learned one
-    given its ``training`` (:func:`train_baseline`'s arguments, see :func:`trainings`), is cached
-    (kind ``tsc_episode``); a ``controller`` object is played as it is, uncached."""
+                     controller: Any = None, rules: str = "study") -> dict:
+    """:func:`~.evaluation.evaluate_method` of one episode under the rule set ``rules``. A classic
+    ``method``, or a learned one given its ``training`` (:func:`train_baseline`'s arguments, see
+    :func:`trainings`), is cached (kind ``tsc_episode``); a ``controller`` object is played as it
+    is, uncached. A learned agent is trained once, under the study's rules, whatever ``rules``."""
     if controller is not None:
         if training is not None:
             raise ValueError("evaluate_episode: give a training or a controller, not both")
-        return evaluate_method(method, scenario, seed, episode_s, controller)
+        return evaluate_method(method, scenario, seed, episode_s, controller, rules)
     if training is not None and training.get("method") != method:
         raise ValueError(f"evaluate_episode: a {method} episode of a {training.get('method')} training")
     params = dict(method=method, scenario=scenario, seed=seed, episode_s=episode_s, training=training)
+    if rules != "study":  # the study's episodes keep their cache key
+        params["rules"] = rules
     return study.cached("tsc_episode", params, lambda: evaluate_method(
-        method, scenario, seed, episode_s, None if training is None else train_baseline(**training)[0]))
+        method, scenario, seed, episode_s, None if training is None else train_baseline(**training)[0], rules))
+
+
+def evaluate_rows(classic: Sequence[str], classic_on: Sequence[str], agents: dict[tuple[str, str, int], dict],
+                  eval_seeds: Sequence[int], episode_s: int, rules: Sequence[str] = ("study",),
+                  executor: str = "serial", jobs: int = 1) -> pd.DataFrame:
+    """Table 1's evaluation episodes under each rule set of ``rules`` (:mod:`llmtraffic.signal.rules`):
+    the ``classic`` methods on the scenarios ``classic_on`` and every trained agent of ``agents``
+    (:func:`trainings`: (method, scenario, agent seed) → training, each trained once under the
+    study's rules), on every eval seed. One row per episode (cached, :func:`evaluate_episode`) with
+    its ``rules`` and ``agent_seed`` (None for a classic method)."""
+    tasks, agent_of = [], []
+    for r in rules:
+        for m in classic:
+            for sc in classic_on:
+                tasks += [dict(method=m, scenario=sc, seed=s, episode_s=episode_s, rules=r) for s in eval_seeds]
+                agent_of += [None] * len(eval_seeds)
+        for (m, sc, a), t in agents.items():
+            tasks += [dict(method=m, scenario=sc, seed=s, episode_s=episode_s, training=t, rules=r) for s in eval_seeds]
+            agent_of += [a] * len(eval_seeds)
+    rows = pd.DataFrame(study.run_grid(evaluate_episode, tasks, executor=executor, jobs=jobs, desc="episodes"))
+    rows["rules"] = [t["rules"] for t in tasks]
+    rows["agent_seed"] = agent_of
+    return rows
+
+
+def runs_frame(evaluation: dict, method: str, rules: str = "study") -> pd.DataFrame:
+    """The runs of an evaluation (:func:`~.controls.classic_evaluation`,
+    :func:`~.controls.learned_evaluation`) as rows of :func:`evaluate_rows`' shape."""
+    frame = pd.DataFrame(evaluation["runs"]).drop(columns=["queue_series", "r_env"], errors="ignore")
+    frame["method"], frame["scenario"], frame["rules"] = method, evaluation["scenario"], rules
+    if "agent_seed" not in frame:
+        frame["agent_seed"] = None
+    return frame
+
+
+def rules_tables(rows: pd.DataFrame, methods: Sequence[str], scenario: str,
+                 rules: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """Table 1's layout (:func:`~.evaluation.mean_ci_table`, the scenario's LibSignal columns) once
+    per rule set of ``rules`` present in ``rows``."""
+    from .evaluation import mean_ci_table, table_columns
+
+    return {r: mean_ci_table(rows[rows["rules"] == r], list(methods), scenario, table_columns(scenario))
+            for r in rules if (rows["rules"] == r).any()}
+
+
+def paper_cells_within(table: pd.DataFrame, paper: pd.DataFrame, pct: float = 1.0) -> list[str]:
+    """The ``"method / column"`` cells of a Table 1 layout (:func:`~.evaluation.mean_ci_table`,
+    estimates in ``table.attrs``) whose mean lies within ``pct`` % of the paper's value."""
+    found = table.attrs.get("estimates", {})
+    close = []
+    for method in paper.index:
+        for column, value in paper.loc[method].items():
+            est = found.get(f"{method} / {column}")
+            if est is not None and pd.notna(value) and value and abs(est.mean - value) <= abs(value) * pct / 100:
+                close.append(f"{method} / {column}")
+    return close
 
 
 def compare(rows: pd.DataFrame, method: str, reference: str, scenario: str, key: str,

@@ -15,6 +15,7 @@ import numpy as np
 from llmtraffic.rl.dqn import DQNAgent, DQNConfig
 from llmtraffic.rl.dqn import train as dqn_train
 
+from . import rules
 from .env import SignalConfig, SignalEnv, lane_counts_phase, negative_queue
 from .scenarios import Scenario
 from .state import IntersectionState, Phase
@@ -34,16 +35,22 @@ def lane_vehicles(state: IntersectionState, lane: str) -> int:
 
 
 def phase_pressure(state: IntersectionState, phase: Phase) -> int:
-    """Σ over the phase's movements of (vehicles on the in lane − vehicles on the out lane).
+    """Max pressure (Varaiya 2013): Σ over the phase's movements of (vehicles on the in lane −
+    vehicles on the out lane), out-lane counts from ``state.outgoing``
+    (:class:`llmtraffic.signal.env.SignalState`).
 
-    Max pressure (Varaiya 2013) as LibSignal computes it; out-lane counts come from
-    ``state.outgoing`` (:class:`llmtraffic.signal.env.SignalState`).
+    Under LibSignal's pressure rule (``state.rules``) it is LibSignal's pressure: its priority-green
+    links only (:attr:`Phase.major`) and the vehicles it detects (``state.detected``: within 200 m
+    of their next light in SUMO, so none on an outgoing lane; whole lanes in CityFlow).
     """
     outgoing = getattr(state, "outgoing", None)
     if outgoing is None:
         raise TypeError("pressure needs a SignalState (with outgoing lane counts), got "
                         f"{type(state).__name__}")
-    return sum(lane_vehicles(state, m.in_lane) - outgoing[m.out_lane] for m in phase.movements)
+    if rules.has(state.rules, "pressure"):
+        return rules.pressure(state.detected, state.detected, ((m.in_lane, m.out_lane) for m in phase.major))
+    counts = {lane: lane_vehicles(state, lane) for lane in state.lanes}
+    return rules.pressure(counts, outgoing, ((m.in_lane, m.out_lane) for m in phase.movements))
 
 
 class FixedTime:
@@ -82,7 +89,8 @@ class SOTL:
 
     After ``t_min`` green seconds, move to the next phase in cycle order when at most
     ``min_green_vehicle`` vehicles wait on the green lanes and more than ``max_red_vehicle``
-    wait on the others.
+    wait on the others. Under LibSignal's pressure rule (``state.rules``), :func:`sotl_counts` and
+    :func:`sotl_switches` as its ``SOTLAgent`` counts and decides.
     """
 
     def __init__(self, t_min: int = 5, min_green_vehicle: int = 3, max_red_vehicle: int = 6):
@@ -91,16 +99,41 @@ class SOTL:
     def act(self, state: IntersectionState) -> int:
         if getattr(state, "phase_time_s", self.t_min) < self.t_min:
             return state.phase
-        green_lanes = {m.in_lane for m in state.phases[state.phase].movements}
-        green = sum(c.queue for lane, c in state.lanes.items() if lane in green_lanes)
-        red = state.total_queue - green
-        if green <= self.min_green_vehicle and red > self.max_red_vehicle:
+        libsignal = rules.has(getattr(state, "rules", "study"), "pressure")
+        if libsignal:
+            green, red = sotl_counts(state)
+        else:
+            green_lanes = {m.in_lane for m in state.phases[state.phase].movements}
+            green = sum(c.queue for lane, c in state.lanes.items() if lane in green_lanes)
+            red = state.total_queue - green
+        if sotl_switches(green, red, self.min_green_vehicle, self.max_red_vehicle, libsignal):
             return (state.phase + 1) % len(state.phases)
         return state.phase
 
     def __repr__(self) -> str:
         return (f"SOTL(t_min={self.t_min}, min_green_vehicle={self.min_green_vehicle}, "
                 f"max_red_vehicle={self.max_red_vehicle})")
+
+
+def sotl_counts(state: IntersectionState) -> tuple[int, int]:
+    """LibSignal's SOTL counts (``SOTLAgent.get_action``): waiting vehicles (its queue,
+    ``state.queued``) on the current phase's start lanes (of its priority-green links,
+    :attr:`Phase.major`), and on every other lane that starts such a link in some phase."""
+    def lanes(phase: Phase) -> set[str]:
+        return {m.in_lane for m in phase.major}
+
+    green_lanes = lanes(state.phases[state.phase])
+    start_lanes = set().union(*(lanes(p) for p in state.phases))
+    green = sum(state.queued[lane] for lane in green_lanes)
+    return green, sum(state.queued[lane] for lane in start_lanes) - green
+
+
+def sotl_switches(green: int, red: int, min_green_vehicle: int, max_red_vehicle: int, libsignal: bool) -> bool:
+    """SOTL's switching test: few waiting on green and many on red; LibSignal's agent also
+    switches when none waits on green and any on red."""
+    if green <= min_green_vehicle and red > max_red_vehicle:
+        return True
+    return libsignal and green == 0 and red > 0
 
 
 # Deep RL: IDQN and PressLight on the shared DQN core -------------------------------------

@@ -61,7 +61,8 @@ def controller_evaluation(controller, scenario: str, eval_seeds: Sequence[int], 
 
 
 def learned_evaluation(method: str, scenario: str, agents: dict[int, Any], eval_seeds: Sequence[int],
-                       episode_s: int = 3600, executor: str = "serial", jobs: int | None = None) -> dict:
+                       episode_s: int = 3600, executor: str = "serial", jobs: int | None = None,
+                       rules: str = "study") -> dict:
     """A deep-RL row of Table 1 (IDQN, PressLight, IPPO: one trained agent per agent seed) on the
     LLM rows' eval seeds, so that one table holds the classic, deep-RL and LLM rows on the same
     episodes. An agent is its training (:func:`.baseline_jobs.trainings`; its episodes are
@@ -69,17 +70,18 @@ def learned_evaluation(method: str, scenario: str, agents: dict[int, Any], eval_
 
     Its runs carry their ``agent_seed``, and its units are the agent seeds (``"units": "agent
     seeds"``, see :func:`llmtraffic.study.stats.per_run`): a greedy agent gives one run whatever the eval
-    seed on CityFlow, so its eval runs are not independent."""
+    seed on CityFlow, so its eval runs are not independent. ``rules``: the environment's rule set
+    (:mod:`llmtraffic.signal.rules`; the agents are trained under the study's)."""
     if not agents:
         raise ValueError(f"learned_evaluation: no trained {method} agents")
-    tasks = [dict(method=method, scenario=scenario, seed=s, episode_s=episode_s,
+    tasks = [dict(method=method, scenario=scenario, seed=s, episode_s=episode_s, rules=rules,
                   **({"training": a} if isinstance(a, dict) else {"controller": a}))
              for a in agents.values() for s in eval_seeds]
     results = study.run_grid(evaluate_episode, tasks, executor=executor, jobs=jobs, desc=f"{method} episodes")
     seeds = [a for a in agents for _ in eval_seeds]
     runs = [{**_run(t["seed"], r), "agent_seed": a} for t, r, a in zip(tasks, results, seeds)]
     return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": [], "traces": [],
-            "units": "agent seeds"}
+            "units": "agent seeds", "rules": rules}
 
 
 def _cached(kind: str, name: str, make, scenario: str, eval_seeds: Sequence[int], episode_s: int) -> dict:
@@ -92,13 +94,15 @@ def heuristic_evaluation(scenario: str, eval_seeds: Sequence[int], episode_s: in
     return _cached("tsc_heuristic", MAX_QUEUE, MaxQueueController, scenario, eval_seeds, episode_s)
 
 
-def classic_evaluation(method: str, scenario: str, eval_seeds: Sequence[int], episode_s: int = 3600) -> dict:
+def classic_evaluation(method: str, scenario: str, eval_seeds: Sequence[int], episode_s: int = 3600,
+                       rules: str = "study") -> dict:
     """A classic Table 1 row (``"MaxPressure"``, ``"FixedTime (t_fixed=30)"``, …) on the same eval
-    seeds as the LLM rows (each episode cached, kind ``tsc_episode``, shared with ``tsc_baselines``)."""
+    seeds as the LLM rows (each episode cached, kind ``tsc_episode``, shared with ``tsc_baselines``),
+    under the rule set ``rules`` (:mod:`llmtraffic.signal.rules`)."""
     if method not in CLASSIC:
         raise ValueError(f"classic_evaluation: {method!r} is not one of {sorted(CLASSIC)}")
-    runs = [_run(seed, evaluate_episode(method, scenario, seed, episode_s)) for seed in eval_seeds]
-    return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": [], "traces": []}
+    runs = [_run(seed, evaluate_episode(method, scenario, seed, episode_s, rules=rules)) for seed in eval_seeds]
+    return {"scenario": scenario, "episode_s": episode_s, "runs": runs, "agreement": [], "traces": [], "rules": rules}
 
 
 def random_reward_oracle(oracle: dict, std: float = RANDOM_REWARD_STD) -> dict:

@@ -13,9 +13,17 @@ LibSignal does.
 
 Phase timer: ``phase_time_s`` counts the green seconds of the current phase and restarts at 0
 when the controller changes phase (after a change slot it is ``decision_s - clearance_s``).
-This is LibSignal's intended rule; its July-2025 change of the phase-time check from ``==`` to
-``>=`` resets the timer on every step instead, so minimum-green rules (MaxPressure's t_min,
-SOTL's t_min) no longer bind.
+
+Rule sets (``SignalConfig.rules``, :mod:`llmtraffic.signal.rules`): ``"study"`` (the default)
+is what this docstring describes; ``"libsignal"`` reproduces LibSignal's implemented rules as of
+its code before July 2025 — its queue, pressure and delay, an all-red clearance, a timer that
+counts the clearance (so its MaxPressure may change phase after 5 s of green), its departure
+stamp and, on CityFlow, its throughput. In July 2025 LibSignal changed its SUMO phase-time check
+from ``==`` to ``>=``: once its timer reaches the clearance length (5 s into the episode) the
+check holds on every step, so every step switches straight to the chosen phase and the timer is
+never reset — no clearance is ever shown, FixedTime changes phase every 10 s after t = 30 s, and
+MaxPressure's t_min never applies.
+Neither rule set reproduces that version.
 
 Observation and reward are pluggable, as in sumo-rl: ``observation(state) -> np.ndarray`` and
 ``reward(prev_state, action, state) -> float``. Defaults: per incoming lane the §3.1 counts
@@ -49,6 +57,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 
+from . import rules as R
 from .backends import MID, NEAR, QUEUE_SPEED, Backend, approach_of, name_phase  # noqa: F401  (re-exported)
 from .metrics import EpisodeMetrics
 from .scenarios import Scenario, load
@@ -73,8 +82,12 @@ class SignalConfig:
     """SUMO: run every episode's simulation in a new child process, so that its numbers do not
     depend on what ran before in this process (:mod:`llmtraffic.signal.backends.remote`).
     :func:`llmtraffic.signal.evaluate` turns it on; CityFlow ignores it (reproducible in-process)."""
+    rules: str = "study"
+    """``"study"`` (our definitions), ``"libsignal"`` (LibSignal's implemented control and metric
+    rules) or the study's plus some of LibSignal's parts (:mod:`llmtraffic.signal.rules`)."""
 
     def __post_init__(self) -> None:
+        R.check(self.rules)
         if not 0 <= self.clearance_s < self.decision_s:
             raise ValueError(f"SignalConfig.clearance_s ({self.clearance_s}) must lie in "
                              f"[0, decision_s={self.decision_s})")
@@ -93,6 +106,12 @@ class SignalState(IntersectionState):
     """Green seconds of the current phase since the last change (see the module docstring)."""
     outgoing: dict[str, int] = field(default_factory=dict)
     """Vehicles on each outgoing lane."""
+    rules: str = "study"
+    """The rule set that produced this state (:mod:`llmtraffic.signal.rules`)."""
+    queued: dict[str, int] = field(default_factory=dict)
+    """The rule set's queue per incoming lane (study: the §3.1 ``queue`` counts)."""
+    detected: dict[str, int] = field(default_factory=dict)
+    """Vehicles the rule set's pressure counts, per incoming and outgoing lane."""
 
 
 # Observations and rewards (pluggable) -----------------------------------------------------
@@ -126,14 +145,14 @@ def make_backend(scenario: Scenario, config: SignalConfig) -> Backend:
     if scenario.simulator == "cityflow":
         from .backends.cityflow import CityFlowBackend
 
-        return CityFlowBackend()
+        return CityFlowBackend(config.rules)
     from .backends.sumo import SumoBackend
 
     if config.fresh_process:
         from .backends.remote import RemoteBackend
 
-        return RemoteBackend(partial(SumoBackend, config.time_to_teleport), "sumo")
-    return SumoBackend(config.time_to_teleport)
+        return RemoteBackend(partial(SumoBackend, config.time_to_teleport, config.rules), "sumo")
+    return SumoBackend(config.time_to_teleport, config.rules)
 
 
 class SignalEnv(gym.Env):
@@ -227,7 +246,8 @@ class SignalEnv(gym.Env):
         self.phase, self.phase_time_s = 0, 0.0
         self.episode_seed = seed
         self.sim.set_green(0)
-        self.metrics = EpisodeMetrics(self.config.deadlock_s)
+        self.metrics = EpisodeMetrics(self.config.deadlock_s, partial(R.departure_stamp, self.config.rules,
+                                                                      self.simulator))
         self.state = self.observe()
 
     # Gymnasium API
@@ -253,19 +273,20 @@ class SignalEnv(gym.Env):
         action, cfg = int(action), self.config
         self._untouched = False
         try:
-            if action != self.phase:
+            changed = action != self.phase
+            if changed:
                 self.sim.set_clearance(self.phase, action)
                 self._advance(cfg.clearance_s)
                 self.sim.set_green(action)
-                self.phase, self.phase_time_s = action, 0.0
-                green = cfg.decision_s - cfg.clearance_s
-            else:
-                green = cfg.decision_s
-            self._advance(green)
-            self.phase_time_s += green
+                self.phase = action
+            self._advance(cfg.decision_s - cfg.clearance_s if changed else cfg.decision_s)
+            self.phase_time_s = R.timer_after_slot(cfg.rules, self.phase_time_s, changed, cfg.clearance_s,
+                                                   cfg.decision_s)
             prev = self.state
             self.state = self.observe()
-            self.metrics.on_decision(self.time_s, self.state.total_queue, self._delay, self._moving)
+            self.metrics.on_decision(self.time_s, sum(self.state.queued.values()),
+                                     R.delay(cfg.rules, self._delays), R.rl_delay(cfg.rules, self._delays),
+                                     self._moving)
         except BaseException:
             self._stop()  # leave nothing half-run behind; the next reset() starts clean
             raise
@@ -285,12 +306,15 @@ class SignalEnv(gym.Env):
     def observe(self) -> SignalState:
         """Current intersection state (§3.1 counts per incoming lane) without advancing time.
 
-        Also keeps LibSignal's delay and whether anything moves, for the metrics."""
-        lanes, outgoing, self._delay, self._moving = self.sim.observe()
-        return SignalState(float(self.time_s), self.phase, lanes, self.phases,
-                           phase_time_s=self.phase_time_s, outgoing=outgoing)
+        Also keeps the rule set's lane delays and whether anything moves, for the metrics."""
+        seen = self.sim.observe()
+        self._delays, self._moving = seen.lane_delay, seen.moving
+        return SignalState(float(self.time_s), self.phase, seen.lanes, self.phases,
+                           phase_time_s=self.phase_time_s, outgoing=seen.outgoing, rules=self.config.rules,
+                           queued=seen.queued, detected=seen.detected)
 
     def summary(self) -> dict:
-        """Episode metrics so far (see :mod:`llmtraffic.signal.metrics`)."""
+        """Episode metrics so far (see :mod:`llmtraffic.signal.metrics`), with the rule set."""
         waiting = self.sim.waiting_delays() if self._running else []
-        return self.metrics.summary(self.time_s, waiting)
+        served = self.sim.served() if self._running else None
+        return {**self.metrics.summary(self.time_s, waiting, served), "rules": self.config.rules}

@@ -11,6 +11,7 @@ import pandas as pd
 
 from .baselines import SOTL, Controller, FixedTime, MaxPressure
 from .env import SignalConfig, SignalEnv
+from .rules import has
 from .scenarios import Scenario, load
 from .state import IntersectionState
 
@@ -34,10 +35,11 @@ def evaluate(scenario: Scenario | str, controller: Controller, seed: int = 0, ep
     The same seed gives the same numbers whatever ran before in this process: a SUMO episode
     runs in a fresh process (``SignalConfig.fresh_process``), a CityFlow one on a reset engine.
 
-    Returns ``travel_time_s``, ``travel_time_all_s``, ``queue``, ``delay``, ``throughput``
-    (see :mod:`llmtraffic.signal.metrics`), ``deadlock`` and ``deadlock_time_s``, the per-decision
-    ``queue_series``, and the settings that produced them (scenario, simulator and its version,
-    controller, seed, the :class:`SignalConfig` fields).
+    Returns ``travel_time_s``, ``travel_time_all_s``, ``queue``, ``delay``, ``delay_rl``,
+    ``throughput``, ``arrived`` (see :mod:`llmtraffic.signal.metrics`, under the rule set
+    ``config.rules``, :mod:`llmtraffic.signal.rules`), ``deadlock`` and ``deadlock_time_s``, the
+    per-decision ``queue_series``, and the settings that produced them (scenario, simulator and its
+    version, controller, seed, the :class:`SignalConfig` fields, the rule set included).
     """
     cfg = replace(config or SignalConfig(), episode_s=episode_s, fresh_process=True)
     scenario = load(scenario)
@@ -115,13 +117,19 @@ def table_columns(scenario: str) -> dict[str, str]:
 
 
 def evaluate_method(method: str, scenario: str, seed: int, episode_s: int = 3600,
-                    controller: Controller | None = None) -> dict:
-    """:func:`evaluate` for a named row of Table 1; ``controller`` for trained ones."""
+                    controller: Controller | None = None, rules: str = "study") -> dict:
+    """:func:`evaluate` for a named row of Table 1; ``controller`` for trained ones; ``rules``:
+    the environment's rule set (:mod:`llmtraffic.signal.rules`). Under LibSignal's rules a
+    trained row's ``delay`` is LibSignal's RL-agent delay (``delay_rl``: its RL agents average
+    over roads where its classic agents sum over lanes)."""
     if controller is None:
         if method not in CLASSIC:
             raise ValueError(f"method {method!r} needs a trained controller; classic ones: {sorted(CLASSIC)}")
         controller = CLASSIC[method]()
-    return {"method": method, **evaluate(scenario, controller, seed=seed, episode_s=episode_s)}
+    result = evaluate(scenario, controller, seed=seed, episode_s=episode_s, config=SignalConfig(rules=rules))
+    if has(rules, "delay") and method not in CLASSIC:
+        result = {**result, "delay": result["delay_rl"], "delay_summed": result["delay"]}
+    return {"method": method, **result}
 
 
 def mean_ci_table(rows: pd.DataFrame, methods: list[str], scenario: str,

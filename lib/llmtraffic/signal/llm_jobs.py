@@ -39,7 +39,7 @@ from .. import study
 from ..rl.llm_ppo import LMPolicy, PolicyGroup, torch_threads
 from .backbones import TORCH_THREADS, backbone_params, backbone_unavailable, load_backbone
 from .evaluation import COLUMNS, evaluate_together
-from .oracle_training import (LLMController, LLMControllers, OracleConfig, Prompter, select_best_together,
+from .oracle_training import (LLMController, LLMControllers, OracleConfig, Prompter, retain, select_best_together,
                               train_together)
 from .prompt import answer_choices, parse_phase
 from .state import IntersectionState
@@ -291,10 +291,10 @@ def _finetune_runs(policies: list[LMPolicy], prompter: Prompter, plans: list[dic
     trained = train_together(policies, prompter, [plan["cfg"] for plan in plans], folders)
     best: list[Path | None] = [None] * len(plans)
     selection: list[list[dict]] = [[] for _ in plans]
-    several = [k for k, t in enumerate(trained) if len(t["checkpoints"]) > 1]
+    several = [k for k, t in enumerate(trained) if len(t["checkpoints"]) > 1 and "best" not in t]
     for k, t in enumerate(trained):
-        if k not in several:  # one candidate: nothing to select, no held-out episode spent
-            best[k] = t["checkpoints"][0]
+        if k not in several:  # one candidate, or chosen before an interruption: no held-out episode spent
+            best[k], selection[k] = t.get("best", t["checkpoints"][0]), t.get("selection", [])
             policies[k].load(best[k])
     if several:
         chosen = select_best_together([policies[k] for k in several], prompter,
@@ -302,6 +302,7 @@ def _finetune_runs(policies: list[LMPolicy], prompter: Prompter, plans: list[dic
                                       first["select_seed"], first["eval_episode_s"])
         for k, (path, rows) in zip(several, chosen):
             best[k], selection[k] = path, rows
+            retain(folders[k], path, rows)  # only the best and the last stay on disk
     after = {sc: evaluate_runs(policies, prompter, sc, first["eval_seeds"], first["eval_episode_s"],
                                first["probe_every"], first["backbone"]) for sc in first["eval_scenarios"]}
     return [{"params": plan["params"], "training": trained[k]["episodes"], "selection": selection[k],

@@ -12,7 +12,8 @@ reproducible: the same seeds give the same adapters.
 
 Resuming: :func:`train` continues from the newest checkpoint in ``out_dir``. SUMO's state is
 not checkpointed, so an episode interrupted mid-way restarts from its beginning with the
-policy as of that checkpoint (its earlier updates are kept).
+policy as of that checkpoint (its earlier updates are kept). Once a run's checkpoint is chosen,
+:func:`retain` keeps the best and the last on disk and records the selection in its progress file.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..rl.llm_ppo import Exchange, LMPolicy, PolicyGroup
+from ..rl.llm_ppo.adapters import MixedAdapters
 from ..rl.small_decoder import SmallDecoder
 from .env import SignalConfig, SignalEnv
 from .evaluation import evaluate_together
@@ -158,6 +160,9 @@ class LLMControllers:
             raise ValueError("LLMControllers: controllers of several policies need a sampler of all of them")
         if len({c.policy.decoding() for c in controllers}) != 1:
             raise ValueError("LLMControllers: the controllers' policies decode differently")
+        policy = controllers[0].policy
+        if sampler is None and len(controllers) > 1 and not isinstance(policy._sampler(), SmallDecoder):
+            sampler = MixedAdapters(policy)  # generate's path: the episodes' prompts in one batch
         self.controllers, self.sampler = list(controllers), sampler
         """``sampler``: a decoder of several models (checkpoints, :meth:`~llmtraffic.rl.llm_ppo.LMPolicy.
         checkpoints_decoder`, or policies, :meth:`~llmtraffic.rl.llm_ppo.PolicyGroup.decoder`), an
@@ -402,7 +407,25 @@ def _training(policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, out_dir: 
             stats = yield from _episode(env, policy, prompter, cfg, cfg.train_seed + episode, checkpoint, rng, progress)
             progress_log["episodes"].append({"episode": episode, **stats})
             _write_json(progress_file, progress_log)
-    return {"episodes": progress_log["episodes"], "checkpoints": [out / c for c in progress_log["checkpoints"]]}
+    return {"episodes": progress_log["episodes"], "checkpoints": [out / c for c in progress_log["checkpoints"]],
+            **({"selection": progress_log["selection"], "best": out / progress_log["best"]} if "best" in progress_log else {})}
+
+
+def retain(out_dir: str | Path, best: Path, rows: list[dict]) -> list[str]:
+    """Keep the best and the last checkpoint of a finished run in ``out_dir`` and delete the others,
+    after writing the selection (one row per checkpoint, :func:`select_best`) into its
+    ``progress.json``; returns the names deleted. A resumed run reads the selection from there
+    instead of playing the deleted checkpoints again."""
+    out = Path(out_dir)
+    progress_file = out / "progress.json"
+    log = json.loads(progress_file.read_text())
+    keep = {Path(best).name, log["checkpoints"][-1]}
+    log.update(selection=rows, best=Path(best).name, kept=sorted(keep))
+    _write_json(progress_file, log)  # the record first: a run killed while deleting still knows every result
+    gone = [c for c in log["checkpoints"] if c not in keep]
+    for name in gone:
+        (out / name).unlink(missing_ok=True)
+    return gone
 
 
 def select_best(policy: LMPolicy, prompter: Prompter, checkpoints: Sequence[Path], scenario: str,
@@ -418,14 +441,16 @@ def select_best_together(policies: Sequence[LMPolicy], prompter: Prompter, check
                          scenario: str, seed: int, episode_s: int = 3600) -> list[tuple[Path, list[dict]]]:
     """:func:`select_best` of each policy among its own checkpoints, every candidate of every
     policy played together where they sample through :class:`SmallDecoder` (the same numbers,
-    one batch per decision); one after the other elsewhere."""
+    one batch per decision); the candidates of one policy that samples through ``generate``
+    together as mixed adapters (:class:`~llmtraffic.rl.llm_ppo.adapters.MixedAdapters`, one
+    batch per decision); one after the other elsewhere."""
     if len(checkpoints) != len(policies):
         raise ValueError(f"select_best: {len(checkpoints)} lists of checkpoints for {len(policies)} policies")
     if not all(checkpoints):
         raise ValueError("select_best: no checkpoints")
     decoders = [p.checkpoints_decoder(list(c)) for p, c in zip(policies, checkpoints)]
-    if all(d is not None for d in decoders):
-        everyone = SmallDecoder.stack(decoders)
+    if all(isinstance(d, SmallDecoder) for d in decoders) or len(decoders) == 1:
+        everyone = SmallDecoder.stack(decoders) if isinstance(decoders[0], SmallDecoder) else decoders[0]
         results = evaluate_policy(policies[0], prompter, scenario, [seed] * everyone.models, episode_s, sampler=everyone)
         bounds = np.cumsum([0, *map(len, checkpoints)])
         per_policy = [results[a:b] for a, b in zip(bounds, bounds[1:])]
@@ -437,6 +462,9 @@ def select_best_together(policies: Sequence[LMPolicy], prompter: Prompter, check
                 policy.load(path)
                 results += evaluate_policy(policy, prompter, scenario, [seed], episode_s)
             per_policy.append(results)
+    for d in decoders:
+        if isinstance(d, MixedAdapters):
+            d.close()
     return [_best(policy, paths, results) for policy, paths, results in zip(policies, checkpoints, per_policy)]
 
 

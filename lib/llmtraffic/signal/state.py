@@ -34,6 +34,9 @@ class Phase:
     movements: tuple[Movement, ...] = ()
     sumo_state: str = ""
     """SUMO signal-state string of this green phase (empty on CityFlow, whose backend maps phases to light phases)."""
+    major: tuple[Movement, ...] = ()
+    """The movements LibSignal's pressure and SOTL count: SUMO links with priority green (``G``,
+    not ``g``); on CityFlow every movement of the phase (:mod:`llmtraffic.signal.rules`)."""
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,18 @@
-"""``python -m llmtraffic.study {list,run,data,gallery,bench,verdicts}``.
+"""``python -m llmtraffic.study {list,run,plan,data,gallery,bench,verdicts,rejudge,verify}``.
 
 Exit status of ``run``: 0 all notebooks succeeded; 1 a notebook failed; 2 a setting that can
 never work (unknown profile or parameter, wrong type or range, malformed YAML, unknown LLM
 backend, a key given twice, uncommitted code without --allow-dirty); 3 a resource the settings ask for is missing here (an unreachable
 LLM endpoint, a backbone without local weights or GPU), and nothing was executed; or data that
 could not be fetched, and the notebooks that need no such data ran (the summary lists the skipped ones).
+Exit status of ``plan``: 0 printed (nothing runs); 2 a setting that can never work, or, with
+``--gpu-gib``, one whose predicted peak GPU memory exceeds that GPU.
 Exit status of ``data``: 0 the data directory is complete; 1 files are missing (``--keep-going``: 0).
 Exit status of ``bench``: 0 every benchmark succeeded; 1 one failed or ran past its limit (the
 others still ran, and the page shows which); 2 a setting that can never work (a malformed
 ``BENCH_*`` declaration, no benchmark matched, the page lacks its markers), and nothing ran.
+Exit status of ``verify``: 0 the outputs under figures/ come from one code version, none from
+uncommitted code; 1 they do not (the offending notebooks are listed); 2 no git history to check against.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import os
 import sys
 from pathlib import Path
 
-from . import bench, claims, data, gallery, provenance, runner
+from . import bench, claims, data, findings, gallery, provenance, runner, verify
+from . import plan as study_plan
 from .params import DEFAULT_PROFILE, PROFILES, ParamError, load_profile, merge_settings, notebook_parameters
-from .paths import ROOT, data_dir
+from .paths import ROOT, data_dir, figures_dir
 from .preflight import ResourceError
 
 
@@ -64,6 +69,23 @@ def _run(args) -> int:
     return 1 if failed else 3 if skipped else 0
 
 
+def _plan(args) -> int:
+    if args.gpu_gib:
+        os.environ[study_plan.GPU_ENV] = str(args.gpu_gib)
+    try:
+        notebooks = runner.discover(args.notebooks, args.only)
+        plans = runner.plan(notebooks, args.profile, args.params, merge_settings(args.params_file, args.set), check=False)
+    except ParamError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    texts = [t for p in plans for t in study_plan.describe(p.stem, p.full)]
+    print("\n\n".join(texts) or f"no notebook of profile {args.profile} fine-tunes a backbone on a GPU")
+    refused = [f"{p.stem}: {r.splitlines()[0]}" for p in plans for r in study_plan.refusals(p.stem, p.full)]
+    for line in refused:
+        print(f"error: {line}", file=sys.stderr)
+    return 2 if refused else 0
+
+
 def _data(args) -> int:
     if args.check:
         problems = data.check()
@@ -94,6 +116,16 @@ def _bench(args) -> int:
     return 1 if failed else 0
 
 
+def _verify(args) -> int:
+    try:
+        report = verify.verify(args.figures)
+    except verify.NoHistoryError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report.text(), file=sys.stdout if report.ok else sys.stderr)
+    return 0 if report.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llmtraffic.study", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -118,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--allow-dirty", action="store_true",
                      help="save into figures/ from uncommitted lib/, notebooks/ or params/ (outputs are marked)")
     run.add_argument("--timeout", type=float, default=None, help="seconds before a notebook is killed")
+    pl = sub.add_parser("plan", help="predicted GPU memory and hours of each notebook's fine-tunes; runs nothing")
+    pl.add_argument("--profile", default=DEFAULT_PROFILE, help=f"one of {', '.join(PROFILES)} (default {DEFAULT_PROFILE})")
+    pl.add_argument("--only", nargs="+", action="extend", metavar="GLOB", help="plan only notebooks whose stem matches")
+    pl.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="as for run")
+    pl.add_argument("-f", "--params-file", action="append", default=[], type=Path, metavar="FILE", help="as for run")
+    pl.add_argument("--gpu-gib", type=float, default=None, help="check the fit on a GPU of this many GiB (exit 2 if not)")
     check = sub.add_parser("data", help="download the public data sets into $LLMTRAFFIC_DATA")
     check.add_argument("--check", action="store_true", help="only verify presence and checksums")
     check.add_argument("--keep-going", action="store_true",
@@ -134,11 +172,23 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = sub.add_parser("verdicts", help="claims whose verdict changed between a commit and figures/")
     verdicts.add_argument("--before", default="main", help="git ref of the earlier claims (default main)")
     verdicts.add_argument("--after", type=Path, default=None, help="figures folder of the later claims (default figures/)")
+    rejudge = sub.add_parser("rejudge", help="re-derive every verdict from the stored per-run values (no simulation); "
+                             "rewrite figures/*/claims.json, the scorecard and the README's findings")
+    rejudge.add_argument("--figures", type=Path, default=None, help="figures folder (default figures/; the README only for it)")
+    ver = sub.add_parser("verify", help="check that figures/ holds the outputs of one committed code version")
+    ver.add_argument("--figures", type=Path, default=None, help="figures folder (default figures/)")
     args = parser.parse_args(argv)
     if args.command == "gallery":
         print(gallery.write())
+        if figures_dir().resolve() == (ROOT / "figures").resolve():
+            gallery.update_readme()
+        return 0
+    if args.command == "rejudge":
+        print(claims.changed_text(claims.rejudge(args.figures)), end="")
+        if args.figures is None:
+            print(findings.update_readme())
         return 0
     if args.command == "verdicts":
         print(claims.changed_text(claims.changed(claims.load_commit(args.before), claims.load(args.after))), end="")
         return 0
-    return {"list": _list, "run": _run, "data": _data, "bench": _bench}[args.command](args)
+    return {"list": _list, "run": _run, "plan": _plan, "data": _data, "bench": _bench, "verify": _verify}[args.command](args)

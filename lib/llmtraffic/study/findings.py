@@ -1,11 +1,12 @@
 """The README's "What this study found" section, generated from the recorded claims (never typed).
 
 The section lies between two markers in ``README.md``; :func:`update_readme` replaces what is
-between them and leaves the rest of the file alone. Per paper it gives the number of claims per
-verdict and the three most consequential findings: the claims a notebook marked ``headline=True``
-first, then the decided claims (reproduced or opposite) whose interval lies furthest from zero in
-units of its half-width. A claim whose n runs are identical (a deterministic simulator: its
-interval has no width) ranks after every claim with a spread: its runs are one observation.
+between them and leaves the rest of the file alone. Per paper it gives the headline table
+(:func:`llmtraffic.study.claims.headline`: claims decided on a real LLM, on a stand-in, without an
+LLM, and the study's own controls apart), the verdict counts with and without Holm's adjustment,
+and the three most consequential findings: the claims a notebook marked ``headline=True`` first,
+then the decided claims (reproduced or opposite after Holm's adjustment) whose interval lies
+furthest from zero in units of its half-width. Every verdict shown is the adjusted one.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ END = "<!-- findings:end -->"
 def _strength(c: dict) -> float:
     o = c.get("ours") or {}
     low, high = o.get("low"), o.get("high")
-    if c["verdict"] not in (_claims.REPRODUCED, _claims.OPPOSITE) or low is None or math.isnan(low):
+    if c["verdict"] not in _claims.DECIDED or low is None or math.isnan(low) or _claims.identical_runs(o):
         return -math.inf
-    return 0.0 if _claims.identical_runs(o) else abs(o["mean"]) / ((high - low) / 2)
+    return abs(o["mean"]) / ((high - low) / 2)
 
 
 def headlines(claims: list[dict], k: int = 3) -> list[dict]:
@@ -41,20 +42,24 @@ def render(root: Path | None = None) -> str:
     lines = [BEGIN, ""]
     if not found:
         lines += ["_No claims recorded yet: run `make study`._", ""]
+    else:
+        lines += ["Verdicts are Holm-adjusted within each paper's family of claims (the unadjusted count follows "
+                  "each table); runs that are one value up to float rounding count as one run.", ""]
     for key, title in _claims.PAPERS.items():
         mine = [c for c in found if c["paper"] == key]
         if not mine:
             continue
         counts = ", ".join(f"{sum(c['verdict'] == v for c in mine)} {v}" for v in _claims.VERDICTS)
-        kinds = [_claims.producer(c)[0] for c in mine]
-        tested = (f"{kinds.count(_claims.REAL_LLM)} tested with a real LLM, {kinds.count(_claims.STAND_IN)} only with a "
-                  f"stand-in ({', '.join(_claims.STAND_INS)}), {kinds.count(_claims.NO_LLM)} without an LLM, "
-                  f"{kinds.count(_claims.UNTESTED)} not run")
-        lines += [f"**{title}** — {len(mine)} claims: {counts}. Of them {tested}.", ""]
+        raw = ", ".join(f"{sum(c['verdict_unadjusted'] == v for c in mine)} {v}" for v in _claims.VERDICTS)
+        controls = sum(_claims.is_control(c) for c in mine)
+        lines += [f"**{title}** — {len(mine)} claims ({controls} of them our controls): {counts}. "
+                  f"Unadjusted: {raw}.", ""]
+        lines += _claims.headline(mine)[2:]
         for c in headlines(mine):
+            size = f", {c['magnitude']}" if c.get("magnitude") else ""
             lines.append(
                 f"- {c['where']}: {c['statement']} — paper {_claims._fmt(c.get('paper_value')) or 'n/a'}, "
-                f"ours {_claims._ours(c)}, **{c['verdict']}** ([{c['link']}](figures/{_claims.link_target(c['link'], root)}))"
+                f"ours {_claims._ours(c)}, **{c['verdict']}**{size} ([{c['link']}](figures/{_claims.link_target(c['link'], root)}))"
                 + (f". {c['note']}" if c.get("note") else "")
             )
         lines.append("")

@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 from . import claims
-from .atomic import atomic_write_text
-from .paths import figures_dir
+from .atomic import atomic_write_text, write_section
+from .paths import ROOT, figures_dir
+from .provenance import CODE_PATHS
 
 PAPERS = {
     "bus": "Bus holding — LLM-enhanced RL for generic bus holding control",
@@ -62,18 +63,6 @@ def _entry(meta: dict, root: Path) -> list[str]:
     return lines + [source, ""]
 
 
-def _effort(last: dict) -> str:
-    """`` (N CPU-min; machine: …)`` from a run summary's CPU time and speed reference, if recorded."""
-    parts = []
-    if last.get("cpu_s") is not None:
-        parts.append(f"{last['cpu_s'] / 60:.1f} CPU-min")
-    speed = last.get("speed_reference") or {}
-    if speed:
-        parts.append(f"machine: {speed['small_ops_us']:g} µs per small-op step, {speed['matmul_gflops']:g} GFLOP/s "
-                     "(`provenance.speed_reference`)")
-    return f" ({'; '.join(parts)})" if parts else ""
-
-
 LLM_COST = ("llm_cost.csv", "LLM time (s)")
 """The table (and column) in which a notebook records the LLM requests its results rest on."""
 
@@ -91,38 +80,127 @@ def llm_seconds(root: Path, stem: str) -> str:
         return "—"
 
 
+def parts(summary: dict) -> list[dict]:
+    """The parts of a run summary (``figures/run.json``): the runs of its code version, oldest
+    first. A summary written before parts were recorded counts its last run as one part."""
+    if "parts" in summary:
+        return summary["parts"]
+    last = summary.get("last_run")
+    if not last:
+        return []
+    ran = [stem for stem, n in summary.get("notebooks", {}).items() if n.get("commit") == last.get("commit")]
+    return [{**last, "notebooks": ran}]
+
+
+def _minutes(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds / 60:.1f}"
+
+
+def _selection(part: dict) -> str:
+    """What a part ran: ``all 17``, or its ``--only`` patterns and how many notebooks they matched."""
+    n = len(part.get("notebooks") or [])
+    return f"`{' '.join(part['only'])}` ({n})" if part.get("only") else f"all {n}"
+
+
+def _machine(part: dict) -> str:
+    speed = part.get("speed_reference") or {}
+    return f"{speed['small_ops_us']:g} µs, {speed['matmul_gflops']:g} GFLOP/s" if speed else "—"
+
+
+def whole(runs: list[dict]) -> tuple[float, float | None, int]:
+    """Wall seconds, CPU seconds (None unless every part recorded it) and notebooks of ``runs``."""
+    cpu = [p.get("cpu_s") for p in runs]
+    notebooks = {stem for p in runs for stem in p.get("notebooks") or []}
+    return (sum(p.get("wall_s") or 0.0 for p in runs), None if None in cpu else sum(cpu), len(notebooks))
+
+
+def parts_table(runs: list[dict]) -> list[str]:
+    """One row per part: what it ran, its wall and CPU time, the machine's speed reference, commit, failures."""
+    lines = [
+        "| part | profile | notebooks | wall (min) | CPU-min | studies done (min) | machine (`speed_reference`) | commit | failed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, p in enumerate(runs, 1):
+        spans = ", ".join(f"{study} {span / 60:.1f}" for study, span in (p.get("study_spans_s") or {}).items()) or "—"
+        failed = ", ".join(p.get("jobs_failed") or []) or "none"
+        skipped = ", ".join(p.get("skipped") or {})
+        commit = f"`{(p.get('commit') or 'unknown')[:10]}`" + (f" {DIRTY}" if p.get("dirty") else "")
+        lines.append(f"| {i} | {p.get('profile')} | {_selection(p)} | {_minutes(p.get('wall_s'))} | "
+                     f"{_minutes(p.get('cpu_s'))} | {spans} | {_machine(p)} | {commit} | {failed}"
+                     + (f"; skipped {skipped}" if skipped else "") + " |")
+    return lines
+
+
 def run_times(root: Path) -> list[str]:
-    """The latest run's wall time and each notebook's latest time (from the runner's ``run.json``)."""
+    """The parts of the current code version and each notebook's latest time (from the runner's ``run.json``)."""
     try:
         summary = json.loads((root / "run.json").read_text())
     except (OSError, json.JSONDecodeError):
         return []
-    last = summary.get("last_run", {})
-    only = f" (only {' '.join(last['only'])})" if last.get("only") else ""
-    lines = [
-        f"Latest run: profile `{last.get('profile')}`{only}, {last.get('notebooks')} notebooks in "
-        f"{last.get('wall_s', 0) / 60:.1f} min on {last.get('cpus')} CPUs{_effort(last)}, commit `{(last.get('commit') or 'unknown')[:10]}`"
-        + (f"; failed: {', '.join(last['jobs_failed'])}" if last.get("jobs_failed") else "; no failures") + ".",
-    ]
-    if last.get("study_spans_s"):
-        lines.append("Each study's notebooks were done " + ", ".join(
-            f"{study} {span / 60:.1f} min" for study, span in last["study_spans_s"].items()) + " after the run started.")
-    for stem, why in (last.get("skipped") or {}).items():
-        lines.append(f"Skipped {stem}: {why}.")
+    runs = parts(summary)
+    part_of = {stem: i for i, p in enumerate(runs, 1) for stem in p.get("notebooks") or []}
+    lines = []
+    if runs:
+        wall, cpu, count = whole(runs)
+        cpus = sorted({p.get("cpus") for p in runs if p.get("cpus")})
+        lines += [
+            f"Runs of this code version (equal trees of {', '.join(f'`{p}`' for p in CODE_PATHS)}; "
+            "`python -m llmtraffic.study verify` checks the outputs): "
+            f"{count} notebooks in {len(runs)} part{'s' if len(runs) > 1 else ''}, {_minutes(wall)} min on "
+            f"{'/'.join(map(str, cpus)) or '?'} CPUs" + (f" ({_minutes(cpu)} CPU-min)" if cpu is not None else "") + ".",
+            "Studies done: minutes after the part's start when each study's last notebook in it finished.",
+            "",
+            *parts_table(runs),
+            "",
+        ]
+        for stem, why in (runs[-1].get("skipped") or {}).items():
+            lines += [f"Skipped {stem} in part {len(runs)}: {why}.", ""]
     lines += [
-        "",
         "LLM s: the LLM time its results rest on, as recorded in its `llm_cost` table (answers replayed from",
         "the cassette or served by a cached run count the time they first took; \"—\": no LLM requests).",
         "",
-        "| notebook | profile | seconds | LLM s | ran (min after the run's start) | outcome | commit |",
-        "|---|---|---|---|---|---|---|",
+        "| notebook | part | profile | seconds | LLM s | ran (min after its part's start) | outcome | commit |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for stem, n in summary.get("notebooks", {}).items():
         outcome = "ok" if n.get("ok") else f"FAILED: {n.get('error', '')}".replace("|", "\\|")
         ran = f"{n['start_s'] / 60:.1f}–{n['end_s'] / 60:.1f}" if "start_s" in n else "—"
-        lines.append(f"| {stem} | {n.get('profile')} | {n.get('seconds')} | {llm_seconds(root, stem)} | {ran} | {outcome} | "
-                     f"`{(n.get('commit') or 'unknown')[:10]}` |")
+        lines.append(f"| {stem} | {part_of.get(stem, '—')} | {n.get('profile')} | {n.get('seconds')} | "
+                     f"{llm_seconds(root, stem)} | {ran} | {outcome} | `{(n.get('commit') or 'unknown')[:10]}` |")
     return lines + [""]
+
+
+README_BEGIN = "<!-- run-times:begin (generated by llmtraffic.study.gallery from figures/run.json) -->"
+README_END = "<!-- run-times:end -->"
+
+
+def profile_times(root: Path | None = None) -> list[str]:
+    """The README's measured times: per profile in ``run.json``'s parts, the whole and each part."""
+    root = Path(root or figures_dir())
+    try:
+        runs = parts(json.loads((root / "run.json").read_text()))
+    except (OSError, json.JSONDecodeError):
+        runs = []
+    if not runs:
+        return ["No run recorded in `figures/run.json` yet."]
+    lines = []
+    for profile in dict.fromkeys(p.get("profile") for p in runs):
+        mine = [p for p in runs if p.get("profile") == profile]
+        wall, cpu, count = whole(mine)
+        cpus = "/".join(map(str, sorted({p.get("cpus") for p in mine if p.get("cpus")}))) or "?"
+        commits = ", ".join(f"`{c[:7]}`" for c in dict.fromkeys(p.get("commit") or "unknown" for p in mine))
+        each = ("in one part" if len(mine) == 1 else f"in {len(mine)} parts: " + ", ".join(
+            f"part {runs.index(p) + 1} ({_selection(p)}) {_minutes(p.get('wall_s'))} min" for p in mine))
+        lines.append(f"Measured at `{profile}` (the latest runs of one code version, from `figures/run.json`): "
+                     f"{count} notebooks in {_minutes(wall)} min on {cpus} CPUs"
+                     + (f" ({_minutes(cpu)} CPU-min)" if cpu is not None else "") + f", {each}; commit {commits}.")
+    return lines
+
+
+def update_readme(readme: Path | None = None, root: Path | None = None) -> Path:
+    """Replace the measured times between the markers of ``README.md`` (the markers must be there)."""
+    block = "\n".join([README_BEGIN, "", *profile_times(root), "", README_END])
+    return write_section(Path(readme or ROOT / "README.md"), README_BEGIN, README_END, block)
 
 
 def render(root: Path | None = None) -> str:

@@ -17,8 +17,9 @@ imported, and :func:`load_study_checks` imports every such module before the fir
 (:mod:`llmtraffic.signal.preflight`: ``backbone`` and ``backbones``;
 :mod:`llmtraffic.bus.preflight`: ``designer``).
 
-Rows the user did not ask to run (``tsc_main``'s ``paper_backbones``, a designer listed without
-an llm config) are not checked: the notebook runs and labels those rows with the reason.
+Rows the user did not ask to run (a designer listed without an llm config) are not checked: the
+notebook runs and labels those rows with the reason. Every backbone a notebook fine-tunes is
+(``tsc_main``'s ``paper_backbones`` included).
 """
 
 from __future__ import annotations
@@ -176,6 +177,10 @@ def check_settings(stem: str, params: dict[str, Any]) -> None:
         problem = check(params)
         if problem:
             raise ParamError(f"notebook {stem}: {problem}")
+    from .plan import refusals
+
+    for problem in refusals(stem, params):  # a setting whose predicted GPU memory exceeds the GPU found
+        raise ParamError(f"notebook {stem}: {problem}")
 
 
 def resource_problems(params: dict[str, Any], memo: dict | None = None) -> list[str]:
@@ -223,7 +228,7 @@ def _llm_problem(cfg: dict) -> str | None:
     if backend == "hf":
         if not Path(cfg["path"]).is_dir():
             return (f"model folder {cfg['path']} does not exist: download the model there "
-                    f"(huggingface-cli download <model id> --local-dir {cfg['path']}) or fix llm.path; or {offline}")
+                    f"(hf download <model id> --local-dir {cfg['path']}) or fix llm.path; or {offline}")
         return None
     env = cfg.get("api_key_env")
     if env and not os.environ.get(env):

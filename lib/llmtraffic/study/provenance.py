@@ -3,7 +3,7 @@ uncommitted code out of ``figures/``.
 
 **Guard.** Outputs saved into the repository's ``figures/`` folder (figures, tables, claims) must
 name the commit that made them, so saving there from a tree with uncommitted changes (modified or
-untracked files) under :data:`CODE_PATHS` stops with :class:`DirtyTreeError`. Set
+untracked files) in :data:`CODE_PATHS` stops with :class:`DirtyTreeError`. Set
 ``LLMTRAFFIC_ALLOW_DIRTY=1`` (the runner's ``--allow-dirty``) to save anyway while exploring: the
 outputs then carry ``"allow_dirty": true`` in their sidecar and a mark in their stamp and in the
 gallery. A figures folder outside the repository (``LLMTRAFFIC_FIGURES``, used by the tests) cannot
@@ -28,8 +28,10 @@ KEY_PACKAGES = (
     "simpy", "matplotlib", "papermill",
 )
 SUMO_PACKAGES = ("libsumo", "eclipse-sumo")
-CODE_PATHS = ("lib", "notebooks", "params")
-"""Folders whose content decides what an output shows; uncommitted changes there make a tree dirty."""
+CODE_PATHS = ("lib", "notebooks", "params", "pyproject.toml", "requirements-models.txt", "Makefile")
+"""What decides what an output shows (the code, its parameters, the pinned environment):
+uncommitted changes there make a tree dirty, and commits with equal trees for all of them are one
+code version (:mod:`~llmtraffic.study.verify`)."""
 ALLOW_DIRTY = "LLMTRAFFIC_ALLOW_DIRTY"
 SHOWN = 10  # changed files named in an error or a sidecar
 
@@ -87,7 +89,7 @@ def require_clean(root: Path | None = None) -> None:
     if changed and not allow_dirty():
         names = ", ".join(changed[:SHOWN]) + (f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else "")
         raise DirtyTreeError(
-            f"uncommitted changes under {'/, '.join(CODE_PATHS)}/ ({names}): outputs saved into figures/ "
+            f"uncommitted changes in {', '.join(CODE_PATHS)} ({names}): outputs saved into figures/ "
             f"must name the commit that made them. Commit the changes, or set {ALLOW_DIRTY}=1 "
             "(runner: --allow-dirty) to save outputs marked as made from uncommitted code."
         )

@@ -32,12 +32,13 @@ import yaml
 from tqdm.auto import tqdm
 
 from ..paths import DATA_ENV, NEEDS_ENV, is_under
-from . import findings, gallery, provenance
+from . import claims, findings, gallery, provenance, verify
 from .atomic import atomic_write_text, folder_lock
 from .data import ensure, files_under, folders_for, notebook_needs
 from .params import ParamError, check_profile, differences, load_profile, notebook_parameters, validate
 from .paths import ROOT, figures_dir, runs_dir
-from .preflight import ResourceError, check_settings, resource_problems
+from . import plan as gpu_plan
+from .preflight import ResourceError, check_settings, load_study_checks, resource_problems
 
 
 DEFAULT_JOBS = max(1, min(os.cpu_count() or 1, 4))
@@ -96,17 +97,22 @@ def prioritise(notebooks: list[Path], first: list[str] | None = None) -> list[Pa
 
 
 def plan(
-    notebooks: list[Path], profile: str, params_dir: Path, overrides: dict[str, Any] | None = None
+    notebooks: list[Path], profile: str, params_dir: Path, overrides: dict[str, Any] | None = None, check: bool = True
 ) -> list[Plan]:
     """Resolve and validate the parameters of every notebook (types, constraints, settings that
-    can never work); raises :class:`ParamError` before anything runs."""
+    can never work, ``check=False``: types and constraints only); raises :class:`ParamError`
+    before anything runs."""
     plans = []
+    load_study_checks()  # the studies' checks and planners
     for nb in notebooks:
         declared = notebook_parameters(nb)
         base = validate(nb.stem, load_profile(params_dir, nb.stem, profile), declared)
         values = validate(nb.stem, {**base, **(overrides or {})}, declared)
         full = {**{k: p.default for k, p in declared.items()}, **values}
-        check_settings(nb.stem, full)
+        for text in gpu_plan.describe(nb.stem, full) if check else []:  # printed before any GPU work
+            print(text, file=sys.stderr)
+        if check:
+            check_settings(nb.stem, full)
         try:
             needs = folders_for(notebook_needs(nb), full)
         except ValueError as err:
@@ -472,15 +478,18 @@ def run(
             signal.signal(signal.SIGTERM, on_term if on_term is not None else signal.SIG_DFL)
     bar.close()
     record_run(profile, outcomes, time.time() - started, only, started, _children_cpu_s() - cpu_before, speed, skipped)
+    claims.rejudge()  # each paper's family Holm-adjusted as it now stands, in every claims.json
     gallery.write()  # after every prune_stale: the gallery and scorecard list only what is left
     if figures_dir().resolve() == (ROOT / "figures").resolve():
         findings.update_readme()
+        gallery.update_readme()
     return outcomes + [Outcome(stem, False, 0.0, out_dir / f"{stem}.ipynb", f"{stem}: {why}", skipped=True)
                        for stem, why in skipped.items()]
 
 
 RUN_SUMMARY = "run.json"
-"""``figures/run.json``: the latest run's wall time and each notebook's latest time and outcome."""
+"""``figures/run.json``: the parts of the current code version (one per ``run``, with what it ran
+and its wall time) and each notebook's latest time and outcome."""
 
 
 def study_spans(ends: dict[str, float]) -> dict[str, float]:
@@ -501,32 +510,53 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _version_of(summary: dict) -> dict | None:
+    """The code version a run summary's parts come from; for a summary written before parts were
+    recorded, that of its last run's commit (None where git cannot tell)."""
+    if "parts" in summary:
+        return summary.get("code_version")
+    commit = (summary.get("last_run") or {}).get("commit")
+    trees = verify.code_trees(commit) if commit else None
+    return None if trees is None else {"id": verify.version_id(trees), "trees": trees, "dirty": False}
+
+
+def same_version(a: dict | None, b: dict | None) -> bool:
+    """Whether two recorded code versions are one (never when either is unknown or dirty)."""
+    return bool(a and b and not a.get("dirty") and not b.get("dirty") and a.get("id") == b.get("id"))
+
+
 def record_run(profile: str, outcomes: list[Outcome], wall_s: float, only: list[str] | None,
                run_start: float, cpu_s: float | None = None, speed: dict[str, float] | None = None,
                skipped: dict[str, str] | None = None) -> Path:
-    """Merge this run into ``figures/run.json`` (per notebook: the latest time, outcome and commit,
-    and when it started and ended, in seconds after ``run_start``; for the run: its CPU time,
-    the machine's :func:`~llmtraffic.study.provenance.speed_reference`, so that wall times of
-    different days compare, and the notebooks skipped for missing data, with why)."""
+    """Record this run in ``figures/run.json`` as a part of the current code version.
+
+    The parts list what each ``run`` ran and its wall and CPU time, the machine's
+    :func:`~llmtraffic.study.provenance.speed_reference` (so that wall times of different days
+    compare) and the notebooks skipped for missing data, with why. A run of the same code version
+    (:func:`~llmtraffic.study.verify.code_version`) as the recorded parts is appended to them; a
+    run of another version, or from uncommitted code, starts a new list. Per notebook: the latest
+    time, outcome and commit, and when it started and ended, in seconds after ``run_start``."""
     path = figures_dir() / RUN_SUMMARY
     try:
         summary = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         summary = {}
     commit = provenance.git_state()["commit"]
+    version = verify.code_version()
+    parts = gallery.parts(summary) if same_version(version, _version_of(summary)) else []
     notebooks = summary.get("notebooks", {})
     ends = {o.stem: round(o.started + o.seconds - run_start, 1) for o in outcomes}
     for o in outcomes:
         notebooks[o.stem] = {"ok": o.ok, "seconds": round(o.seconds, 1), "profile": profile, "commit": commit,
                              "error": o.error, "start_s": round(o.started - run_start, 1), "end_s": ends[o.stem],
                              "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(o.started + o.seconds))}
-    summary = {
-        "last_run": {"profile": profile, "only": only or [], "commit": commit, "wall_s": round(wall_s, 1),
-                     "jobs_failed": [o.stem for o in outcomes if not o.ok], "notebooks": len(outcomes),
-                     "skipped": dict(skipped or {}),
-                     "study_spans_s": study_spans(ends),
-                     "cpus": os.cpu_count(), "cpu_s": None if cpu_s is None else round(cpu_s, 1),
-                     "speed_reference": speed or {}},
-        "notebooks": dict(sorted(notebooks.items())),
-    }
+    parts.append({
+        "profile": profile, "only": only or [], "notebooks": [o.stem for o in outcomes], "commit": commit,
+        "dirty": None if version is None else version["dirty"], "wall_s": round(wall_s, 1),
+        "jobs_failed": [o.stem for o in outcomes if not o.ok], "skipped": dict(skipped or {}),
+        "study_spans_s": study_spans(ends), "cpus": os.cpu_count(), "cpu_s": None if cpu_s is None else round(cpu_s, 1),
+        "speed_reference": speed or {},
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(run_start + wall_s)),
+    })
+    summary = {"code_version": version, "parts": parts, "notebooks": dict(sorted(notebooks.items()))}
     return atomic_write_text(path, json.dumps(summary, indent=1) + "\n")

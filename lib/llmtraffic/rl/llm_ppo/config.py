@@ -89,6 +89,11 @@ class PPOConfig:
     """Passes over the buffer per update (Alg. 1 makes one)."""
     minibatch_size: int = 8
     """B: exchanges per gradient step (Alg. 1)."""
+    micro_batch_size: int = 0
+    """Exchanges per forward/backward within a minibatch (0 = the whole minibatch): gradients
+    accumulate over its micro-batches, and the advantages' standardisation and the token means
+    run over the whole minibatch, so one step equals the minibatch's (within float rounding);
+    only the activations of one micro-batch are held at once (:mod:`.memory`)."""
     use_critic: bool = True
     """False = REINFORCE without a critic (Table 7): Monte-Carlo token returns as advantages
     (with ``standardize_advantages=False`` also without Table 7's absent baseline)."""
@@ -100,6 +105,8 @@ class PPOConfig:
     def __post_init__(self) -> None:
         if self.answer not in ANSWERS:
             raise ValueError(f"PPOConfig.answer must be one of {ANSWERS}, got {self.answer!r}")
+        if self.micro_batch_size < 0:
+            raise ValueError(f"PPOConfig.micro_batch_size must be >= 0 (0 = the whole minibatch), got {self.micro_batch_size}")
         if self.lora_layers < 0:
             raise ValueError(f"PPOConfig.lora_layers must be >= 0 (0 = every layer), got {self.lora_layers}")
         for name in ("group_size", "max_new_tokens", "lora_rank", "epochs", "minibatch_size"):

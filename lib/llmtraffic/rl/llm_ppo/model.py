@@ -83,6 +83,18 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def shared_prefix_cache(model, prompt_ids: Tensor, g: int):
+    """The KV cache of a prompt but its last token, computed once and repeated for the ``g`` rows
+    of a decision (they share the whole prompt), for ``generate`` to continue from (it then
+    pre-fills one token per row, not G prompts); the forward keeps the logits of the last
+    position only, never a prompt x vocabulary block. None for a one-token prompt."""
+    if prompt_ids.shape[1] < 2:
+        return None
+    cache = model(input_ids=prompt_ids[:, :-1], use_cache=True, logits_to_keep=1).cache
+    cache.batch_repeat_interleave(g)
+    return cache
+
+
 def pad_token_id(tokenizer) -> int:
     """The id that fills padded positions: the tokenizer's pad token, else its EOS.
 

@@ -51,8 +51,10 @@ def discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
     return returns
 
 
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)
+def masked_mean(x: Tensor, mask: Tensor, count: Tensor | float | None = None) -> Tensor:
+    """Mean over the unmasked entries; with ``count``, their sum over ``count`` tokens (a micro-batch's
+    share of a minibatch mean: the shares of its micro-batches add up to the minibatch's mean)."""
+    return (x * mask).sum() / (mask.sum().clamp(min=1) if count is None else count)
 
 
 def standardize(x: Tensor, mask: Tensor) -> Tensor:
@@ -63,15 +65,18 @@ def standardize(x: Tensor, mask: Tensor) -> Tensor:
 
 
 def clipped_surrogate_loss(
-    logp: Tensor, old_logp: Tensor, advantages: Tensor, clip_low: float, clip_high: float, mask: Tensor
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, clip_low: float, clip_high: float, mask: Tensor,
+    count: Tensor | float | None = None,
 ) -> Tensor:
-    """-J_CLIP of eq. 16: ratio clipped to [1 - eps_l, 1 + eps_u], averaged over tokens."""
+    """-J_CLIP of eq. 16: ratio clipped to [1 - eps_l, 1 + eps_u], averaged over tokens (over
+    ``count`` tokens where given, see :func:`masked_mean`)."""
     ratio = torch.exp(logp - old_logp)
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
-    return -masked_mean(torch.minimum(ratio * advantages, clipped * advantages), mask)
+    return -masked_mean(torch.minimum(ratio * advantages, clipped * advantages), mask, count)
 
 
-def clipped_value_loss(values: Tensor, old_values: Tensor, returns: Tensor, value_clip: float, mask: Tensor) -> Tensor:
+def clipped_value_loss(values: Tensor, old_values: Tensor, returns: Tensor, value_clip: float, mask: Tensor,
+                       count: Tensor | float | None = None) -> Tensor:
     """J_value of eq. 5 in the usual PPO form: the new value may move at most eps_v from the
     rollout's value before the loss stops rewarding the move.
 
@@ -80,4 +85,4 @@ def clipped_value_loss(values: Tensor, old_values: Tensor, returns: Tensor, valu
     implementations (and the cited stabilisation) do.
     """
     moved = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
-    return 0.5 * masked_mean(torch.maximum((values - returns) ** 2, (moved - returns) ** 2), mask)
+    return 0.5 * masked_mean(torch.maximum((values - returns) ** 2, (moved - returns) ** 2), mask, count)

@@ -19,8 +19,10 @@ from torch import Tensor, nn
 from .. import constrained, small_decoder
 from ..constrained import AnswerTrie
 from ..small_decoder import SmallDecoder, common_prefix
+from .adapters import MixedAdapters
 from .config import PPOConfig
-from .model import StopText, ValueHead, is_4bit, load_policy_model, pad_token_id, stop_token_ids
+from .model import (StopText, ValueHead, is_4bit, load_policy_model, pad_token_id, shared_prefix_cache,
+                    stop_token_ids)
 from .objective import (clipped_surrogate_loss, clipped_value_loss, discounted_returns, gae, k3_kl, masked_mean,
                         standardize, token_rewards)
 
@@ -255,6 +257,8 @@ class LMPolicy:
         block i answered by checkpoint i. ``choices``: as in :meth:`sample` (one list for all)."""
         if len(prompts) != len(rngs):
             raise ValueError(f"sample_each: {len(prompts)} prompts for {len(rngs)} generators")
+        if isinstance(sampler, MixedAdapters):  # generate's path: one batch, an adapter per block
+            return sampler.sample_each(prompts, rngs)
         sampler = sampler or self._sampler()
         if not isinstance(sampler, SmallDecoder) or (len(prompts) == 1 and sampler.models == 1):
             return [self.sample(p, 1, rng=rng, record=False, choices=choices)[0][0] for p, rng in zip(prompts, rngs)]
@@ -310,10 +314,12 @@ class LMPolicy:
         sampling = dict(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
         sampler.eval()
         with torch.no_grad(), torch.random.fork_rng(devices=self._rng_devices()):
+            cache = shared_prefix_cache(sampler, prompt_ids, g)
             torch.manual_seed(seed)  # generate draws from torch's global RNG
             out = sampler.generate(
                 input_ids=prompt_ids.repeat(g, 1),
                 attention_mask=torch.ones(g, prompt_ids.shape[1], dtype=torch.long, device=self.device),
+                cache=cache,
                 max_new_tokens=cfg.max_new_tokens,
                 pad_token_id=self.pad_id,
                 eos_token_id=self.stop_ids,
@@ -369,12 +375,13 @@ class LMPolicy:
             return None, None
         return self._reference, self._factors()
 
-    def checkpoints_decoder(self, checkpoints: list[str | Path]) -> SmallDecoder | None:
+    def checkpoints_decoder(self, checkpoints: list[str | Path]) -> SmallDecoder | MixedAdapters:
         """One :class:`SmallDecoder` over the merged weights of each checkpoint, side by side
-        (for playing them together), or None where this policy does not sample through one.
-        Leaves the policy loaded with the last checkpoint."""
+        (for playing them together; leaves the policy loaded with the last checkpoint), or where
+        this policy samples through ``generate`` their adapters side by side in its peft model
+        (:class:`MixedAdapters`; ``close()`` removes them)."""
         if not self.merge_sampler or self._reference is None:
-            return None
+            return MixedAdapters(self, checkpoints)
         decoders = []
         for path in checkpoints:
             self.load(path)
@@ -411,9 +418,10 @@ class LMPolicy:
         self.model.eval()
         sampler = self._sampler() if self.pending else None
         fast = isinstance(sampler, SmallDecoder) and self._reference is not None
+        size = self.cfg.micro_batch_size or self.cfg.minibatch_size  # the update's memory bound holds here too
         with torch.no_grad():
-            for start in range(0, len(self.pending), self.cfg.minibatch_size):
-                batch = self.pending[start : start + self.cfg.minibatch_size]
+            for start in range(0, len(self.pending), size):
+                batch = self.pending[start : start + size]
                 prompts, answers = [e.prompt_ids for e in batch], [e.answer_ids for e in batch]
                 tries = [self.trie(e.choices) if e.choices else None for e in batch]
                 if fast:  # the frozen layers once for both: the policy and pi_ref differ above them only
@@ -469,7 +477,8 @@ class LMPolicy:
         pos = (p_len[:, None] - 1 + steps[None]).clamp(max=ids.shape[1] - 2)
         if decoder is None:
             base = self.model.get_base_model()
-            hidden = base.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
+            # no KV cache: a training forward never reads one, and it would hold every layer's keys and values
+            hidden = base.get_decoder()(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
             head = base.get_output_embeddings()
         else:  # the prompts' common prefix (system prompt, intersection) computed once per batch
             hidden = decoder.hidden(ids, lora, shared, states, self.frozen if states is not None else 0)
@@ -528,6 +537,9 @@ class LMPolicy:
         return {k: float(np.mean(v)) for k, v in stats.items() if v}
 
     def _step(self, batch: list[Exchange], targets: list[tuple[Tensor, Tensor]], stats: dict) -> None:
+        """One gradient step on a minibatch, in micro-batches of ``micro_batch_size`` exchanges whose
+        gradients accumulate: the advantages are standardised and every token mean is taken over the
+        whole minibatch (``count``), so the step is the minibatch's own (eqs. 5, 6, 16)."""
         cfg, dev = self.cfg, self.device
 
         def padded(ts: list[Tensor]) -> Tensor:
@@ -535,34 +547,47 @@ class LMPolicy:
 
         old_logp, ref_logp, old_values = (padded([getattr(e, k) for e in batch]) for k in ("old_logp", "ref_logp", "old_values"))
         adv, returns = padded([a for a, _ in targets]), padded([r for _, r in targets])
-        decoder, lora = self._trainer()
-        states = (nn.utils.rnn.pad_sequence([e.states for e in batch], batch_first=True)
-                  if decoder is not None and all(e.states is not None for e in batch) else None)
-        logp, values, mask = self._evaluate([e.prompt_ids for e in batch], [e.answer_ids for e in batch], decoder, lora,
-                                            states, [self.trie(e.choices) if e.choices else None for e in batch])
+        lengths = torch.tensor([len(e.answer_ids) for e in batch], device=dev)
+        mask = (torch.arange(adv.shape[1], device=dev)[None] < lengths[:, None]).float()
+        count = mask.sum().clamp(min=1)
         if cfg.standardize_advantages:
             adv = standardize(adv, mask)
-        policy_loss = clipped_surrogate_loss(logp, old_logp, adv, cfg.clip_low, cfg.clip_high, mask)
-        loss = policy_loss
-        if cfg.use_critic:
-            value_loss = clipped_value_loss(values, old_values, returns, cfg.value_clip, mask)
-            loss = policy_loss + cfg.value_coef * value_loss  # eq. 6
-            stats["value_loss"].append(value_loss.item())
         self.actor_opt.zero_grad()
         self.critic_opt.zero_grad()
-        loss.backward()
+        size = cfg.micro_batch_size or len(batch)
+        sums = {"policy_loss": 0.0, "value_loss": 0.0, "clip": 0.0, "kl": 0.0}
+        for start in range(0, len(batch), size):
+            part = batch[start : start + size]
+            rows = slice(start, start + len(part))
+            decoder, lora = self._trainer()  # the factors' graph is freed by each backward
+            states = (nn.utils.rnn.pad_sequence([e.states for e in part], batch_first=True)
+                      if decoder is not None and all(e.states is not None for e in part) else None)
+            logp, values, m = self._evaluate([e.prompt_ids for e in part], [e.answer_ids for e in part], decoder, lora,
+                                             states, [self.trie(e.choices) if e.choices else None for e in part])
+            cut = (rows, slice(0, m.shape[1]))  # the micro-batch pads to its own longest answer
+            policy_loss = clipped_surrogate_loss(logp, old_logp[cut], adv[cut], cfg.clip_low, cfg.clip_high, m, count)
+            loss = policy_loss
+            if cfg.use_critic:
+                value_loss = clipped_value_loss(values, old_values[cut], returns[cut], cfg.value_clip, m, count)
+                loss = policy_loss + cfg.value_coef * value_loss  # eq. 6
+                sums["value_loss"] += value_loss.item()
+            loss.backward()
+            with torch.no_grad():
+                ratio = torch.exp(logp - old_logp[cut])
+                outside = ((ratio < 1 - cfg.clip_low) | (ratio > 1 + cfg.clip_high)).float()
+                sums["policy_loss"] += policy_loss.item()
+                sums["clip"] += masked_mean(outside, m, count).item()
+                sums["kl"] += masked_mean(k3_kl(logp, ref_logp[cut]), m, count).item()
         nn.utils.clip_grad_norm_(self.actor_params, cfg.actor_max_grad_norm)
         self.actor_opt.step()
         self._merged = None  # the adapters changed
         if cfg.use_critic:
             nn.utils.clip_grad_norm_(self.value_head.parameters(), cfg.critic_max_grad_norm)
             self.critic_opt.step()
-        with torch.no_grad():
-            ratio = torch.exp(logp - old_logp)
-            outside = ((ratio < 1 - cfg.clip_low) | (ratio > 1 + cfg.clip_high)).float()
-            stats["policy_loss"].append(policy_loss.item())
-            stats["clip_frac"].append(masked_mean(outside, mask).item())
-            stats["kl"].append(masked_mean(k3_kl(logp, ref_logp), mask).item())
+            stats["value_loss"].append(sums["value_loss"])
+        stats["policy_loss"].append(sums["policy_loss"])
+        stats["clip_frac"].append(sums["clip"])
+        stats["kl"].append(sums["kl"])
 
     # --- checkpoints -----------------------------------------------------------------
 

@@ -16,12 +16,18 @@ for what each simulator knows:
     one entry per simulated second: the time (seconds since ``begin_s``) the simulator counts
     arrivals at, the vehicles inserted (id, insertion time, seconds they waited to enter),
     the ids that left the network.
-``observe() -> (lanes, outgoing, delay, moving)``
-    §3.1 counts per incoming lane, vehicles per outgoing lane, LibSignal's delay, and
-    whether any vehicle in the network moves.
+``observe() -> Observation``
+    §3.1 counts per incoming lane, vehicles per outgoing lane, and per lane the queue, the
+    pressure counts and the delay under the backend's rule set (:mod:`llmtraffic.signal.rules`).
 ``waiting_delays() -> list[float]``
     seconds each vehicle not yet inserted has waited.
+``served() -> int | None``
+    the throughput the rule set counts where it is not the arrivals (LibSignal on CityFlow),
+    else ``None``.
 ``version() -> str``, ``close()``.
+
+A backend is built for one rule set (``rules``, :data:`llmtraffic.signal.rules.RULES`): the
+clearance it shows and what it tracks every second depend on it.
 
 Both backends count a vehicle as queued below :data:`QUEUE_SPEED` and split moving ones at
 :data:`NEAR` and :data:`MID` of the lane length from the stop line.
@@ -29,17 +35,37 @@ Both backends count a vehicle as queued below :data:`QUEUE_SPEED` and split movi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
+from ..rules import HALT_SPEED
 from ..state import LaneCounts, Movement, Phase
 
-QUEUE_SPEED = 0.1
+QUEUE_SPEED = HALT_SPEED
 """Vehicles slower than this (m/s) count as queued/halting (§3.1, LibSignal)."""
 NEAR, MID = 0.10, 0.33
 """Segment limits as fractions of the lane length from the stop line (§3.1)."""
 
 Step = tuple[float, list[tuple[str, float, float]], list[str]]
 """One simulated second: (time_s, departed as (id, insertion s, waited s), arrived ids)."""
+
+
+@dataclass
+class Observation:
+    """What a backend reports at a decision point."""
+
+    lanes: dict[str, LaneCounts]
+    """§3.1 counts per incoming lane."""
+    outgoing: dict[str, int]
+    """Vehicles per outgoing lane."""
+    queued: dict[str, int]
+    """The rule set's queue per incoming lane."""
+    detected: dict[str, int]
+    """Vehicles the rule set's pressure counts, per incoming and outgoing lane."""
+    lane_delay: dict[str, float]
+    """The rule set's delay per incoming lane."""
+    moving: bool
+    """Some vehicle in the network moves."""
 
 
 class Backend(Protocol):
@@ -53,8 +79,9 @@ class Backend(Protocol):
     def set_green(self, phase: int) -> None: ...
     def set_clearance(self, current: int, nxt: int) -> None: ...
     def advance(self, seconds: int) -> list[Step]: ...
-    def observe(self) -> tuple[dict[str, LaneCounts], dict[str, int], float, bool]: ...
+    def observe(self) -> Observation: ...
     def waiting_delays(self) -> list[float]: ...
+    def served(self) -> int | None: ...
     def version(self) -> str: ...
     def close(self) -> None: ...
 
@@ -74,13 +101,6 @@ def segment_counts(length: float, vehicles: list[tuple[float, float]]) -> LaneCo
         else:
             far += 1
     return LaneCounts(q, near, mid, far)
-
-
-def lane_delay(speeds: list[float], limit: float) -> float:
-    """LibSignal's lane delay: 1 − mean speed / speed limit (0 on an empty lane)."""
-    if not speeds:
-        return 0.0
-    return 1.0 - min(sum(speeds) / len(speeds) / limit, 1.0)
 
 
 # Phase names (shared by both simulators) ------------------------------------------------
@@ -134,12 +154,14 @@ def name_phase(movements: tuple[Movement, ...]) -> tuple[str, str]:
     return mnemonic, text[0].upper() + text[1:]
 
 
-def make_phases(greens: list[tuple[Movement, ...]], signals: list[str] | None = None) -> tuple[Phase, ...]:
+def make_phases(greens: list[tuple[Movement, ...]], signals: list[str] | None = None,
+                majors: list[tuple[Movement, ...]] | None = None) -> tuple[Phase, ...]:
     """Phases from the movements each green serves, named by :func:`name_phase`.
 
     Movements green in every phase (e.g. permissive right turns) tell no phase apart, so names
     skip them; a repeated name gets a number, as actions are chosen by name in prompts.
-    ``signals``: each phase's SUMO state string (empty for other simulators).
+    ``signals``: each phase's SUMO state string (empty for other simulators); ``majors``: each
+    phase's priority-green movements (default: all of them, see :attr:`Phase.major`).
     """
     always = set.intersection(*(set(g) for g in greens)) if len(greens) > 1 else set()
     phases, seen = [], {}
@@ -148,5 +170,6 @@ def make_phases(greens: list[tuple[Movement, ...]], signals: list[str] | None = 
         seen[mnemonic] = seen.get(mnemonic, 0) + 1
         if seen[mnemonic] > 1:
             mnemonic = f"{mnemonic}{seen[mnemonic]}"
-        phases.append(Phase(k, mnemonic, text, moves, signals[k] if signals else ""))
+        phases.append(Phase(k, mnemonic, text, moves, signals[k] if signals else "",
+                            majors[k] if majors else tuple(moves)))
     return tuple(phases)

@@ -4,7 +4,7 @@ CityFlow is the simulator the paper and LibSignal ran CityFlow 1x1 (Hangzhou) on
 from the SUMO backend, all from CityFlow's own model:
 
 - clearance: the roadnet's all-red phase (a light phase with no road link), as LibSignal's
-  CityFlow world does; SUMO keeps links green that stay green and shows yellow. A roadnet
+  CityFlow world does (under both rule sets); SUMO keeps links green that stay green and shows yellow. A roadnet
   without an all-red phase is refused.
 - times: CityFlow counts a vehicle's travel time from the start of the step that created it
   (a vehicle waiting to enter is in the network) to the start of the step that removed it.
@@ -15,6 +15,9 @@ from the SUMO backend, all from CityFlow's own model:
   ``get_average_travel_time()``, travel time (arrived) its finished vehicles' mean — while a
   vehicle arriving within a call is booked with that call's mean travel time, and vehicles
   waiting to enter count as in the network (``waiting_to_enter`` is 0).
+- LibSignal's throughput rule (``rules``, :mod:`llmtraffic.signal.rules`) reads the lanes'
+  vehicles every second (:meth:`CityFlowBackend._track_lanes`), as its CityFlow world does;
+  the study's rules never do.
 - seeds: flows are deterministic; the seed only draws vehicle priorities (who goes first at
   a conflict) and routes among equal choices.
 - lane length: the road's polyline with its ends shortened by the width of a non-virtual
@@ -38,8 +41,9 @@ import json
 import math
 from pathlib import Path
 
+from .. import rules as R
 from ..state import Movement
-from . import Step, approach_of, lane_delay, make_phases, segment_counts
+from . import Observation, Step, approach_of, make_phases, segment_counts
 from .install import require_cityflow
 
 _TURN = {"go_straight": "through", "turn_left": "left", "turn_right": "right"}
@@ -149,8 +153,10 @@ class CityFlowBackend:
     simulator = "cityflow"
     begin_s = 0.0
 
-    def __init__(self) -> None:
+    def __init__(self, rules: str = "study") -> None:
         self.eng, self.source = None, None
+        self.rules = R.check(rules)
+        self._tracks = R.has(rules, "throughput")
 
     def start(self, source: str, seed: int) -> None:
         if self.source != source:
@@ -168,6 +174,8 @@ class CityFlowBackend:
         self._created: dict[str, float] = {}  # creation time of every vehicle in the network
         self._created_sum = 0.0
         self._finished, self._finished_time = 0, 0.0
+        self._on_lanes: set[str] = set()  # LibSignal: vehicles on a lane after the last step
+        self._left: set[str] = set()  # LibSignal: vehicles seen leaving a lane (its throughput)
 
     def close(self) -> None:
         """Give the engine back for the next episode (it is never destroyed)."""
@@ -189,6 +197,8 @@ class CityFlowBackend:
         begin = eng.get_current_time()
         for _ in range(seconds):
             eng.next_step()
+            if self._tracks:
+                self._track_lanes()
         now = eng.get_current_time()
         pool = set(eng.get_vehicles(include_waiting=True))
         departed = []
@@ -211,23 +221,39 @@ class CityFlowBackend:
             steps += [(e + share, [], [v]) for v, e in zip(gone, times)]
         return steps
 
-    def observe(self):
+    def _track_lanes(self) -> None:
+        """LibSignal's CityFlow throughput record (``World.update_current_measurements``): a
+        vehicle on some lane after one step and on none after the next gets a leave time, and
+        ``get_cur_throughput`` counts the vehicles with one. A vehicle inside the intersection is
+        on no lane, so a crossing counts once its vehicle is seen there, an arrival otherwise."""
+        now = {v for vs in self.eng.get_lane_vehicles().values() for v in vs}
+        self._left |= self._on_lanes - now
+        self._on_lanes = now
+
+    def observe(self) -> Observation:
         eng = self.eng
         on_lane = eng.get_lane_vehicles()
         speed, dist = eng.get_vehicle_speed(), eng.get_vehicle_distance()
-        lanes, delays = {}, []
+        lane_delay = R.libsignal_lane_delay if R.has(self.rules, "delay") else R.study_lane_delay
+        lanes, queued, delays = {}, {}, {}
         for lane in self.lanes:
             vs = on_lane[lane]
             lanes[lane] = segment_counts(self._length[lane], [(speed[v], dist[v]) for v in vs])
-            delays.append(lane_delay([speed[v] for v in vs], self._limit[lane]))
+            queued[lane] = lanes[lane].queue  # CityFlow's waiting count (both rule sets, rules.halting)
+            delays[lane] = lane_delay([speed[v] for v in vs], self._limit[lane])
         counts = eng.get_lane_vehicle_count()
         outgoing = {lane: counts[lane] for lane in self.out_lanes}
+        detected = {lane: counts[lane] for lane in (*self.lanes, *self.out_lanes)}
         moving = any(s >= 0.1 for s in speed.values())
-        return lanes, outgoing, sum(delays) / len(delays), moving
+        return Observation(lanes, outgoing, queued, detected, delays, moving)
 
     def waiting_delays(self) -> list[float]:
         """None apart: vehicles waiting to enter are already in the network (module docstring)."""
         return []
+
+    def served(self) -> int | None:
+        """LibSignal's CityFlow throughput (:meth:`_track_lanes`); ``None`` without that rule."""
+        return len(self._left) if self._tracks else None
 
     def version(self) -> str:
         from .install import VERSION

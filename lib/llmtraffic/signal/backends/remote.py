@@ -214,5 +214,8 @@ class RemoteBackend:
     def waiting_delays(self) -> list[float]:
         return self._call("waiting_delays")
 
+    def served(self) -> int | None:
+        return self._call("served")
+
     def version(self) -> str:
         return self._call("version")
