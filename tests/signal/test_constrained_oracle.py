@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from llmtraffic.rl.llm_ppo import LMPolicy, torch_threads
-from llmtraffic.signal.oracle import RewardConfig, softmax_dse
+from llmtraffic.signal.oracle import RewardConfig, exact_dse, softmax_dse
 from llmtraffic.signal.oracle_training import OracleConfig, train
 from llmtraffic.signal.prompt import parse_phase
 from llmtraffic.signal.surrogate import SurrogateConfig, compact_prompt, load_surrogate, surrogate_ppo_config, train_surrogate
@@ -25,7 +25,7 @@ def test_exact_dse_is_the_limit_of_the_g_sample_estimate(tau):
     """Eq. 11 from the expected counts G·p is what the estimate from G' answers tends to as G'
     grows with τ/G fixed: seeded estimates of G' = 20,000 answers fall within their sampling error."""
     p, g, chosen, big = np.array([0.45, 0.3, 0.15, 0.1]), 8, 0, 20_000
-    exact = softmax_dse(g * p, chosen, tau)
+    exact = exact_dse(p, chosen, tau, g)
     rng = np.random.default_rng(0)
     estimates = [softmax_dse(rng.multinomial(big, p) * g / big, chosen, tau) for _ in range(30)]
     error = max(np.std(estimates) / math.sqrt(len(estimates)), 1e-12)

@@ -53,6 +53,16 @@ def softmax_dse(counts: Sequence[float], chosen: int, tau: float) -> float:
     return float(z[chosen] / z.sum())
 
 
+def exact_dse(probs: Sequence[float], chosen: int, tau: float, g: int) -> float:
+    """"Exact DSE" (ours): eq. 11 from the policy's exact phase distribution ``probs`` (constrained
+    answers), the expected counts G·p in place of the G sampled answers' counts: the limit of the
+    estimate from G' answers, ``softmax_dse(counts' · G / G', chosen, tau)``, as G' grows."""
+    p = np.asarray(probs, dtype=float)
+    if p.ndim != 1 or np.any(p < 0) or not np.isclose(p.sum(), 1.0, atol=1e-4):
+        raise ValueError(f"exact_dse: probs must be a probability vector, got {p.tolist()}")
+    return softmax_dse(g * p, chosen, tau)
+
+
 def naive_dse(counts: Sequence[float], chosen: int) -> float:
     """Eq. 13: the empirical frequency of the chosen phase among the G answers."""
     c = _check(counts, chosen)

@@ -32,7 +32,7 @@ from ..rl.llm_ppo.adapters import MixedAdapters
 from ..rl.small_decoder import SmallDecoder
 from .env import SignalConfig, SignalEnv
 from .evaluation import evaluate_together
-from .oracle import RewardConfig, phase_counts, softmax_dse
+from .oracle import RewardConfig, exact_dse, phase_counts, softmax_dse
 from .prompt import BRIEF_OPENING, STYLES, answer_choices, messages, parse_phase
 from .state import IntersectionState
 
@@ -274,7 +274,7 @@ def _episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: OracleCo
         if cfg.reward.exact and exact is None:
             raise ValueError("RewardConfig.exact: the exact DSE needs constrained answers (PPOConfig.answer)")
         if exact is not None:  # the paper's estimate from the G answers beside the exact value, same decision
-            dse.append([softmax_dse(counts, action, cfg.reward.tau), softmax_dse(len(texts) * exact, action, cfg.reward.tau)])
+            dse.append([softmax_dse(counts, action, cfg.reward.tau), exact_dse(exact, action, cfg.reward.tau, len(texts))])
         used = len(texts) * exact if cfg.reward.exact else counts
         _, _, terminated, truncated, info = env.step(action)
         if cfg.random_reward_std is None:
