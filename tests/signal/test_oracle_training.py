@@ -45,7 +45,7 @@ class ScriptedPolicy:
     def __init__(self, answers):
         self.answers, self.calls = list(answers), []
 
-    def sample(self, prompt, group_size=None, rng=None, record=True):
+    def sample(self, prompt, group_size=None, rng=None, record=True, choices=None):
         self.calls.append((prompt, group_size, record))
         return [self.answers[(len(self.calls) - 1) % len(self.answers)]], None
 
@@ -74,7 +74,7 @@ class GroupPolicy:
     def __init__(self, texts):
         self.texts = texts
 
-    def sample(self, prompt, group_size=None, rng=None, record=True):
+    def sample(self, prompt, group_size=None, rng=None, record=True, choices=None):
         return list(self.texts), None
 
 

@@ -48,7 +48,7 @@ def test_real_backbone_labels_and_settings():
     run = {"episodes": 1, "episode_s": 300, "update_every_s": 100, "buffer_s": 400, "checkpoint_every_s": 300,
            "ppo": {"prompt": "brief", "prompt_history": 0, "lora_layers": 4, "stop_text": "</signal>", "max_new_tokens": 10}}
     assert real_setting(run) == ("1 PPO episode(s) of 300 s (paper: 3600 s), an update every 100 s on the last 400 s, "
-                                 "brief prompt with 0 past decision(s), 10 new tokens, answers stopped at </signal>, "
+                                 "answers free, brief prompt with 0 past decision(s), 10 new tokens, answers stopped at </signal>, "
                                  "LoRA on the top 4 layers, fp32 base")
     assert real_setting({**run, "ppo": {}}).endswith("paper prompt with 2 past decision(s), 512 new tokens, "
                                                       "LoRA on every layer, fp32 base")

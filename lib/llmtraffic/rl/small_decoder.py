@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -66,8 +67,9 @@ class SmallDecoder:
         if not all(supports(m) for m in (model, *more)):
             raise ValueError("SmallDecoder runs float32 Qwen2 or Llama models with default RoPE on CPU only")
         self.models = 1
-        self._kept: tuple[Tensor, KVCache] | None = None
-        """The last sampled prompts' common prefix and its cache (see :meth:`_prefix`)."""
+        self._kept: tuple[Tensor, KVCache, Tensor | None, int] | None = None
+        """The last sampled prompts' common prefix, its cache, and the hidden states entering
+        one layer at its positions with that layer (or None, 0) (see :meth:`_prefix`)."""
         cfg, core = model.config, model.model
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -217,19 +219,22 @@ class SmallDecoder:
         return torch.mm(self.lm_head, flat.T).T.contiguous().view(*h.shape[:-1], -1)
 
     def _trunk(self, ids: Tensor, cache: KVCache | None, positions: Tensor | None = None,
-               mask: Tensor | None = None) -> tuple[Tensor, KVCache]:
+               mask: Tensor | None = None, taps: dict | None = None) -> tuple[Tensor, KVCache]:
         """The decoder layers: hidden states before the final norm, and the extended cache (a
         new one without ``cache``).
 
         Rows of one prompt each (see :meth:`sample_each`) pass their own ``positions`` (batch,
         length) and an attention ``mask`` (batch, 1, length, keys; True = may attend); without
-        them, positions follow the cache and attention is causal."""
+        them, positions follow the cache and attention is causal. ``taps`` {"layer": i} receives
+        the hidden states entering layer i under ``"rest"``."""
         length = ids.shape[1]
         rope = None if positions is None else (self.cos[positions][:, None], self.sin[positions][:, None])
         start = 0 if cache is None else cache.length
         h = F.embedding(ids, self.embed)
         computed = []
         for i, p in enumerate(self.layers):
+            if taps is not None and i == taps["layer"]:
+                taps["rest"] = h
             q, k, v = self._qkv(h, p, {}, start, rope)
             if cache is not None:
                 k, v = cache.write(i, k, v)
@@ -293,19 +298,20 @@ class SmallDecoder:
     @torch.no_grad()
     def sample(self, prompt: Tensor, n: int, max_new_tokens: int, stop_ids: list[int], pad_id: int,
                temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-               generator: torch.Generator | None = None, stop: Stop | None = None) -> Tensor:
+               generator: torch.Generator | None = None, stop: Stop | None = None,
+               constraint: Constraint | None = None) -> Tensor:
         """``n`` answers to ``prompt`` (1-D ids) as (n, steps) ids; a finished row is padded with
         ``pad_id`` after its stop token (or the end of a ``stop`` text), as ``generate`` does.
         ``temperature=0``: greedy."""
         self._one_model("sample")
         return self.sample_each([prompt], max_new_tokens, stop_ids, pad_id, temperature, top_p, top_k, [generator], n,
-                                stop)
+                                stop, constraint)
 
     @torch.no_grad()
     def sample_each(self, prompts: list[Tensor], max_new_tokens: int, stop_ids: list[int], pad_id: int,
                     temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                     generators: list[torch.Generator | None] | None = None, n: int = 1,
-                    stop: Stop | None = None) -> Tensor:
+                    stop: Stop | None = None, constraint: Constraint | None = None) -> Tensor:
         """``n`` answers to each of ``prompts`` (1-D ids, any lengths) in one batch, as (rows, steps)
         ids padded like :meth:`sample`: rows ``n·r`` to ``n·r + n - 1`` answer prompt ``r`` and draw
         from ``generators[r]`` alone, so they are the answers ``sample(prompts[r], n, …,
@@ -317,12 +323,30 @@ class SmallDecoder:
         rests are left-padded: each row has its own positions, and a mask keeps padding out of
         every row's attention (a padding position sees itself only, so no row is all-masked).
         With several models, ``prompts`` holds one equal block per model (see the class)."""
+        rows = len(prompts)
+        if generators is not None and len(generators) != rows:
+            raise ValueError(f"sample_each: {len(generators)} generators for {rows} prompts")
+        last, prompt, lengths, valid = self._prefill(prompts, pad_id)
+        logits = self.output(last)
+        if n > 1:  # each prompt's rows share its prefill; blocks stay contiguous per model
+            logits, lengths = logits.repeat_interleave(n, 0), lengths.repeat_interleave(n, 0)
+        gens = generators or [None] * rows
+        padding = torch.zeros(valid.shape).masked_fill(~valid, float("-inf"))
+        answers = KVCache.empty(len(self.layers), rows * n, self.kv_heads, self.head_dim, max_new_tokens)
+        return _decode(logits, answers, max_new_tokens, stop_ids, pad_id, lambda x: draw(x, temperature, top_p, top_k, gens),
+                       lambda token, step, answers: self._step(token, prompt, answers, (lengths + step)[:, None], padding),
+                       stop, constraint)
+
+    def _prefill(self, prompts: list[Tensor], pad_id: int, taps: dict | None = None, lean: bool = False
+                 ) -> tuple[Tensor, KVCache, Tensor, Tensor]:
+        """The prompts pre-filled (see :meth:`sample_each`): the final hidden state at each one's
+        last position (rows, hidden), their keys and values (one row per prompt, left-padded
+        after the common prefix), their lengths, and which keys are real (rows, keys).
+        ``taps``: as in :meth:`_trunk` (the prompts' rests only, left-padded). ``lean``: see :meth:`_prefix`."""
         rows, lengths = len(prompts), torch.tensor([len(p) for p in prompts])
         if rows % self.models:
             raise ValueError(f"sample_each: {rows} prompts do not split into {self.models} equal blocks")
-        if generators is not None and len(generators) != rows:
-            raise ValueError(f"sample_each: {len(generators)} generators for {rows} prompts")
-        start, prefix = self._prefix(prompts)
+        start, prefix = self._prefix(prompts, taps, lean)
         width = int(lengths.max()) - start
         offset = width - (lengths - start)
         ids = torch.full((rows, width), pad_id, dtype=torch.long)
@@ -334,15 +358,40 @@ class SmallDecoder:
         mask = (causal[None] & valid[:, None, :])
         mask[:, :, start:] |= torch.eye(width, dtype=torch.bool)[None]
         cache = prefix.repeated(rows // self.models, width) if prefix is not None else None
-        logits, prompt = self.forward(ids, cache, start + (columns[None] - offset[:, None]).clamp(min=0), mask[:, None])
-        if n > 1:  # each prompt's rows share its prefill; blocks stay contiguous per model
-            logits, lengths = logits.repeat_interleave(n, 0), lengths.repeat_interleave(n, 0)
-        gens = generators or [None] * rows
-        padding = torch.zeros(valid.shape).masked_fill(~valid, float("-inf"))
-        answers = KVCache.empty(len(self.layers), rows * n, self.kv_heads, self.head_dim, max_new_tokens)
-        return _decode(logits, answers, max_new_tokens, stop_ids, pad_id, lambda x: draw(x, temperature, top_p, top_k, gens),
-                       lambda token, step, answers: self._step(token, prompt, answers, (lengths + step)[:, None], padding),
-                       stop)
+        h, prompt = self._trunk(ids, cache, start + (columns[None] - offset[:, None]).clamp(min=0), mask[:, None], taps)
+        if taps is not None:
+            taps.update(start=start, offset=offset)
+        return self._rms(h[:, -1], self.norm), prompt, lengths, valid
+
+    @torch.no_grad()
+    def prefill_each(self, prompts: list[Tensor], pad_id: int, upto: int = 0) -> Prefilled:
+        """The prompts pre-filled once each (their common prefix kept, as in :meth:`sample_each`),
+        for :meth:`extend`. ``upto`` > 0 also keeps the hidden states entering layer ``upto`` at
+        their positions (:attr:`Prefilled.taps`)."""
+        taps = {"layer": upto} if upto else None
+        last, prompt, lengths, valid = self._prefill(prompts, pad_id, taps, lean=True)
+        return Prefilled(last, prompt, lengths, torch.zeros(valid.shape).masked_fill(~valid, float("-inf")), taps or {})
+
+    @torch.no_grad()
+    def extend(self, pre: Prefilled, rows: Tensor, upto: int = 0) -> tuple[Tensor | None, Tensor | None]:
+        """Rows continuing each pre-filled prompt, ``rows`` (prompts, n, length), right-padded
+        (attention is causal) and not cached: the final hidden states at their positions
+        (prompts, n, length, hidden), and with ``upto`` > 0 the hidden states entering layer
+        ``upto`` instead (the final ones are then None: the layers above are not run). A
+        prompt's n rows read its keys and values without copying them (:func:`shared_attention`);
+        e.g. an answer trie's rows, scored in one forward."""
+        count, n, length = rows.shape
+        positions = pre.lengths.repeat_interleave(n)[:, None] + torch.arange(length)[None]
+        rope = (self.cos[positions][:, None], self.sin[positions][:, None])
+        h = F.embedding(rows.reshape(count * n, length), self.embed)
+        prompt = pre.cache
+        for i, p in enumerate(self.layers):
+            if upto and i == upto:
+                return None, h.view(count, n, length, -1)
+            q, k, v = self._qkv(h, p, {}, 0, rope)
+            keys, values = prompt.keys[i][:, :, : prompt.length], prompt.values[i][:, :, : prompt.length]
+            h = self._rest(h, shared_attention(q, keys, values, pre.padding, k, v), p, {})
+        return self._rms(h, self.norm).view(count, n, length, -1), None
 
     def _step(self, token: Tensor, prompt: KVCache, answers: KVCache, positions: Tensor,
               padding: Tensor) -> tuple[Tensor, KVCache]:
@@ -362,31 +411,62 @@ class SmallDecoder:
         answers.length += 1
         return self.output(self._rms(h[:, -1], self.norm)), answers
 
-    def _prefix(self, prompts: list[Tensor]) -> tuple[int, KVCache | None]:
+    def _prefix(self, prompts: list[Tensor], taps: dict | None = None, lean: bool = False) -> tuple[int, KVCache | None]:
         """The length of the prompts' common prefix (leaving each at least one token after it)
         and its keys and values, one row per model, or (0, None) without one.
 
         The last call's prefix is kept: the part of it this one shares is reused, and only the
         rest is computed. Every decision's prompt opens with the same system prompt and
         intersection description, so they are pre-filled once per decoder, which is once per
-        adapter version (:meth:`adapted` makes a new decoder)."""
+        adapter version (:meth:`adapted` makes a new decoder). ``taps`` {"layer": i} receives
+        under ``"prefix"`` the hidden states entering layer i at the prefix's positions (of the
+        first model), kept with it, or None where a kept part was computed without them."""
         first = prompts[0]
         length = min(len(p) for p in prompts) - 1
         for p in prompts[1:]:
             length = min(length, common_prefix(first, p))
+        layer = taps["layer"] if taps is not None else 0
+        if lean and self._kept is not None and len(self._kept[0]):
+            length = min(length, common_prefix(self._kept[0], first))
         if length < 1:
+            if taps is not None:
+                taps["prefix"] = self.embed.new_zeros(0, self.embed.shape[1])
             return 0, None
-        kept, cache = self._kept if self._kept is not None else (first[:0], None)
+        kept, cache, states, at = self._kept if self._kept is not None else (first[:0], None, None, 0)
         reuse = common_prefix(kept, first[:length])
-        if reuse == length == len(kept):
-            return length, cache
-        cache = cache.truncated(reuse, length - reuse) if reuse else None
-        if reuse < length:
-            rest = first[None, reuse:length].expand(self.models, -1)
-            mask = None if cache is None else (torch.arange(length)[None] <= torch.arange(reuse, length)[:, None])
-            cache = self._trunk(rest, cache, mask=None if mask is None else mask[None, None])[1]
-        self._kept = (first[:length], cache)
+        states = states[:reuse] if at == layer and states is not None else None
+        if layer and states is None:  # kept without these states: computed again, once, with them
+            reuse, states = 0, self.embed.new_zeros(0, self.embed.shape[1])
+        if not reuse == length == len(kept):
+            cache = cache.truncated(reuse, length - reuse) if reuse else None
+            if reuse < length:
+                rest = first[None, reuse:length].expand(self.models, -1)
+                mask = None if cache is None else (torch.arange(length)[None] <= torch.arange(reuse, length)[:, None])
+                sub = {"layer": layer} if layer else None
+                cache = self._trunk(rest, cache, mask=None if mask is None else mask[None, None], taps=sub)[1]
+                states = torch.cat((states, sub["rest"][0])) if states is not None and sub else None
+            self._kept = (first[:length], cache, states, layer if states is not None else 0)
+        if taps is not None:
+            taps["prefix"] = states
         return length, cache
+
+
+@dataclass
+class Prefilled:
+    """Prompts pre-filled by :meth:`SmallDecoder.prefill_each`."""
+
+    last: Tensor
+    """The final hidden state at each prompt's last position (prompts, hidden)."""
+    cache: KVCache
+    """Their keys and values, one row per prompt (left-padded after the common prefix)."""
+    lengths: Tensor
+    """Prompt lengths."""
+    padding: Tensor
+    """(prompts, keys): 0 for a real key, -inf for padding."""
+    taps: dict
+    """With ``upto``: the hidden states entering that layer, ``"prefix"`` (the common prefix's,
+    or None where it was kept without them) and ``"rest"`` (prompts, width, hidden), prompt r's
+    starting at column ``"offset"[r]``, after ``"start"`` prefix positions."""
 
 
 class _FrozenBelow:
@@ -411,29 +491,38 @@ class _FrozenBelow:
 
 def shared_attention(q: Tensor, keys: Tensor, values: Tensor, padding: Tensor, own_keys: Tensor,
                      own_values: Tensor) -> Tensor:
-    """Attention of one new position per row, ``q`` (rows, heads, 1, head_dim), over its prompt's
-    keys and values (prompts, kv_heads, length, head_dim), shared by the rows/prompts consecutive
-    rows of each prompt, with ``padding`` (prompts, length) added to their scores, then over the
-    row's own (rows, kv_heads, steps, head_dim); one softmax over both, as over the concatenated
-    keys. A query head h reads key head h // (heads / kv_heads), as ``enable_gqa`` does."""
-    rows, heads, _, dim = q.shape
+    """Attention of the new positions of each row, ``q`` (rows, heads, new, head_dim), over its
+    prompt's keys and values (prompts, kv_heads, length, head_dim), shared by the rows/prompts
+    consecutive rows of each prompt, with ``padding`` (prompts, length) added to their scores,
+    then over the row's own (rows, kv_heads, steps, head_dim), the last ``new`` of them the new
+    positions' (causal among them); one softmax over both, as over the concatenated keys. A
+    query head h reads key head h // (heads / kv_heads), as ``enable_gqa`` does."""
+    rows, heads, new, dim = q.shape
     prompts, kv_heads, length, _ = keys.shape
-    n, group = rows // prompts, heads // kv_heads
+    n, group, steps = rows // prompts, heads // kv_heads, own_keys.shape[2]
     scale = dim**-0.5
-    # the n rows × group heads of a prompt and key head query its keys as one matrix
-    shared = (q.view(prompts, n, kv_heads, group, dim).transpose(1, 2).reshape(prompts, kv_heads, n * group, dim)
+    # the n rows × group heads × new positions of a prompt and key head query its keys as one matrix
+    width = group * new
+    shared = (q.reshape(prompts, n, kv_heads, width, dim).transpose(1, 2).reshape(prompts, kv_heads, n * width, dim)
               @ keys.transpose(-1, -2)) * scale + padding[:, None, None]
-    shared = shared.view(prompts, kv_heads, n, group, length).transpose(1, 2).reshape(rows, kv_heads, group, length)
-    own = (q.view(rows, kv_heads, group, dim) @ own_keys.transpose(-1, -2)) * scale
+    shared = shared.view(prompts, kv_heads, n, width, length).transpose(1, 2).reshape(rows, kv_heads, width, length)
+    own = (q.reshape(rows, kv_heads, width, dim) @ own_keys.transpose(-1, -2)) * scale
+    if new > 1:  # query i sees its own earlier positions only
+        later = torch.arange(steps)[None] > steps - new + torch.arange(new)[:, None]
+        own = own.masked_fill(later.repeat(group, 1), float("-inf"))
     weights = torch.cat((shared, own), -1).softmax(-1)
-    on_prompt, on_own = weights.split([length, own.shape[-1]], -1)
-    on_prompt = on_prompt.view(prompts, n, kv_heads, group, length).transpose(1, 2).reshape(prompts, kv_heads, n * group, length)
-    out = (on_prompt @ values).view(prompts, kv_heads, n, group, dim).transpose(1, 2).reshape(rows, kv_heads, group, dim)
-    return (out + on_own @ own_values).reshape(rows, heads, 1, dim)
+    on_prompt, on_own = weights.split([length, steps], -1)
+    on_prompt = on_prompt.reshape(prompts, n, kv_heads, width, length).transpose(1, 2).reshape(prompts, kv_heads, n * width, length)
+    out = (on_prompt @ values).view(prompts, kv_heads, n, width, dim).transpose(1, 2).reshape(rows, kv_heads, width, dim)
+    return (out + on_own @ own_values).reshape(rows, heads, new, dim)
 
 
 Stop = Callable[[Tensor], Tensor]
 """Given the (rows, steps) tokens sampled so far, which rows end a stop text (bool per row)."""
+
+Constraint = Callable[[Tensor, int], Tensor]
+"""Given the (rows, steps) tokens sampled so far and the vocabulary size, an additive mask
+(rows, vocab) of the next step's logits (0: allowed, -inf: not), e.g. an answer trie's."""
 
 
 def common_prefix(a: Tensor, b: Tensor) -> int:
@@ -445,14 +534,17 @@ def common_prefix(a: Tensor, b: Tensor) -> int:
 
 def _decode(logits: Tensor, cache: KVCache, max_new_tokens: int, stop_ids: list[int], pad_id: int,
             draw: Callable[[Tensor], Tensor], advance: Callable[[Tensor, int, KVCache], tuple[Tensor, KVCache]],
-            stop: Stop | None = None) -> Tensor:
-    """The decoding loop of both samplers: ``draw`` a token per row from ``logits``, pad rows
-    that have stopped (a stop token, or a ``stop`` text), ``advance`` the cache by the new
-    tokens; (rows, steps) ids."""
+            stop: Stop | None = None, constraint: Constraint | None = None) -> Tensor:
+    """The decoding loop of both samplers: ``draw`` a token per row from ``logits`` (plus the
+    ``constraint``'s mask), pad rows that have stopped (a stop token, or a ``stop`` text),
+    ``advance`` the cache by the new tokens; (rows, steps) ids."""
     stops = torch.tensor(stop_ids)
     done = torch.zeros(logits.shape[0], dtype=torch.bool)
     out = []
     for step in range(max_new_tokens):
+        if constraint is not None:
+            so_far = torch.stack(out, 1) if out else torch.zeros(len(logits), 0, dtype=torch.long)
+            logits = logits + constraint(so_far, logits.shape[-1])
         token = torch.where(done, torch.full_like(done, pad_id, dtype=torch.long), draw(logits))
         out.append(token)
         ended = torch.isin(token, stops)

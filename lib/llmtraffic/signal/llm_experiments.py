@@ -128,9 +128,10 @@ def real_setting(run: dict) -> str:
     cfg = PPOConfig(**run["ppo"])
     stop = f", answers stopped at {cfg.stop_text}" if cfg.stop_text else ""
     lora = f"LoRA on the top {cfg.lora_layers} layers" if cfg.lora_layers else "LoRA on every layer"
+    rate = f", actor learning rate {cfg.actor_lr:g} (paper: 2.5e-5)" if "actor_lr" in run["ppo"] else ""
     return (f"{run['episodes']} PPO episode(s) of {run['episode_s']} s (paper: 3600 s), an update every "
-            f"{run['update_every_s']} s on the last {run['buffer_s']} s, {cfg.prompt} prompt with "
-            f"{cfg.prompt_history} past decision(s), {cfg.max_new_tokens} new tokens{stop}, {lora}, fp32 base")
+            f"{run['update_every_s']} s on the last {run['buffer_s']} s, answers {cfg.answer}, {cfg.prompt} prompt with "
+            f"{cfg.prompt_history} past decision(s), {cfg.max_new_tokens} new tokens{stop}, {lora}{rate}, fp32 base")
 
 
 def real_oracle(run: dict, invalid_penalty: float, reward: dict) -> dict:

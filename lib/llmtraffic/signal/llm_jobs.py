@@ -41,7 +41,7 @@ from .backbones import TORCH_THREADS, backbone_params, backbone_unavailable, loa
 from .evaluation import COLUMNS, evaluate_together
 from .oracle_training import (LLMController, LLMControllers, OracleConfig, Prompter, retain, select_best_together,
                               train_together)
-from .prompt import parse_phase
+from .prompt import answer_choices, parse_phase
 from .state import IntersectionState
 
 TRACE_PROBES = 3
@@ -126,7 +126,8 @@ def _evaluation(policy: LMPolicy, scenario: str, episode_s: int, eval_seeds: Seq
                      "invalid_rate": controller.invalid / max(controller.decisions, 1),
                      "queue_series": list(result["queue_series"]), "r_env": r_env})
         probes = range(0, len(states), probe_every)
-        answers = policy.sample_groups([controller.traces[d][0] for d in probes], np.random.default_rng([seed, 11]))
+        answers = policy.sample_groups([controller.traces[d][0] for d in probes], np.random.default_rng([seed, 11]),
+                                       choices=answer_choices(states[0]) if states else None)
         for decision, texts in zip(probes, answers, strict=True):
             prompt, state = controller.traces[decision][0], states[decision]
             phases = [parse_phase(t, state.phases) for t in texts]

@@ -118,8 +118,9 @@ def ci_table(rows: dict[str, dict], reference: str | None = None, key: str = "qu
             if not all_invalid(evaluation):
                 found |= {f"{name} / {title}": estimate(evaluation, k) for k, title in METRICS.items()}
             if column:
-                out[name][column] = "—" if name == reference or not ref_ok else difference_cell(evaluation, ref, key)
-                d = None if name == reference or not ref_ok else comparison(evaluation, ref, key)
+                apart = None if name == reference or not ref_ok else unpairable(evaluation, ref)
+                out[name][column] = "—" if name == reference or not ref_ok else apart or difference_cell(evaluation, ref, key)
+                d = None if name == reference or not ref_ok or apart else comparison(evaluation, ref, key)
                 if d is not None:
                     found[f"{name} / {column}"] = d
         if shared and name in shared:
@@ -128,6 +129,18 @@ def ci_table(rows: dict[str, dict], reference: str | None = None, key: str = "qu
     table.attrs["estimates"] = found
     return table
 
+
+
+def unpairable(evaluation: dict, reference: dict) -> str | None:
+    """Why two untrained rows cannot be compared run by run (other episode lengths, other eval
+    seeds), or None. A trained row pairs with an untrained one on its own seeds."""
+    if evaluation.get("episode_s") != reference.get("episode_s"):
+        return f"— ({evaluation.get('episode_s')}-s episodes)"
+    trained = any(r.get("agent_seed") is not None for r in evaluation["runs"])
+    seeds, theirs = {r["seed"] for r in evaluation["runs"]}, {r["seed"] for r in reference["runs"]}
+    if not trained and seeds != theirs or trained and not seeds <= theirs:
+        return f"— (eval seeds {sorted(seeds)})"
+    return None
 
 
 def comparison(evaluation: dict, reference: dict, key: str = "queue") -> Estimate | None:

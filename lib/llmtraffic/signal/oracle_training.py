@@ -32,8 +32,8 @@ from ..rl.llm_ppo.adapters import MixedAdapters
 from ..rl.small_decoder import SmallDecoder
 from .env import SignalConfig, SignalEnv
 from .evaluation import evaluate_together
-from .oracle import RewardConfig, phase_counts
-from .prompt import BRIEF_OPENING, STYLES, messages, parse_phase
+from .oracle import RewardConfig, exact_dse, phase_counts, softmax_dse
+from .prompt import BRIEF_OPENING, STYLES, answer_choices, messages, parse_phase
 from .state import IntersectionState
 
 Prompter = Callable[[IntersectionState, Sequence[tuple[IntersectionState, int]]], str]
@@ -127,7 +127,7 @@ class LLMController:
 
     def act(self, state: IntersectionState) -> int:
         prompt = self.prompt(state)
-        texts, _ = self.policy.sample(prompt, group_size=1, rng=self.rng, record=False)
+        texts, _ = self.policy.sample(prompt, group_size=1, rng=self.rng, record=False, choices=answer_choices(state))
         return self.commit(state, prompt, texts[0])
 
     def prompt(self, state: IntersectionState) -> str:
@@ -175,7 +175,7 @@ class LLMControllers:
     def act(self, episodes: Sequence[int], states: Sequence[IntersectionState]) -> list[int]:
         those = [self.controllers[i] for i in episodes]
         prompts = [c.prompt(s) for c, s in zip(those, states)]
-        answers = those[0].policy.sample_each(prompts, [c.rng for c in those], self.sampler)
+        answers = those[0].policy.sample_each(prompts, [c.rng for c in those], self.sampler, answer_choices(states[0]))
         return [c.commit(s, p, a) for c, s, p, a in zip(those, states, prompts, answers)]
 
     def label(self, episode: int) -> str:
@@ -204,7 +204,7 @@ def decide(policy: LMPolicy, prompter: Prompter, state: IntersectionState, histo
            group_size: int | None = None) -> tuple[int, bool, np.ndarray, Exchange]:
     """Alg. 1's inner step: G answers (``group_size``, default the policy's), the first one's
     phase, the histogram of all of them (Alg. 3)."""
-    texts, exchange = policy.sample(prompter(state, history), group_size=group_size)
+    texts, exchange = policy.sample(prompter(state, history), group_size=group_size, choices=answer_choices(state))
     return (*judge(texts, state), exchange)
 
 
@@ -214,9 +214,10 @@ def judge(texts: Sequence[str], state: IntersectionState) -> tuple[int, bool, np
     return phases[0], valid[0], phase_counts(phases, len(state.phases))
 
 
-Request = tuple[str, int | None]
+Request = tuple[str, int | None, tuple[str, ...]]
 """What a training run asks of its policy at a decision: G answers (``group_size``; None: the
-policy's own G) to a prompt, answered with ``policy.sample(prompt, group_size)``'s result."""
+policy's own G) to a prompt, constrained answers among ``choices``, answered with
+``policy.sample(prompt, group_size, choices=choices)``'s result."""
 Training = Generator[Request, tuple[list[str], Exchange], dict]
 """A training run as a generator of :data:`Request`: :func:`train` answers them one run at a
 time, :func:`train_together` for several runs in one batch."""
@@ -227,7 +228,8 @@ def _alone(policy: LMPolicy, run: Training) -> dict:
     try:
         request = next(run)
         while True:
-            request = run.send(policy.sample(*request))
+            prompt, size, choices = request
+            request = run.send(policy.sample(prompt, size, choices=choices))
     except StopIteration as done:
         return done.value
 
@@ -248,39 +250,52 @@ def _episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: OracleCo
 
     Returns the episode's metrics, mean reward, invalid-answer share, mean token KL, and
     ``update_stats``: per PPO update its policy loss, value loss, clip fraction and KL (Fig. 12),
-    and the mean queue and valid-answer share of the decisions it learnt from (a learning curve)."""
+    and the mean queue, valid-answer share and normalised phase entropy (exact with constrained
+    answers, else of the G answers' phases) of the decisions it learnt from (a learning curve);
+    with constrained answers, ``dse``: per decision the softmax DSE (eq. 11) estimated from the G
+    answers and the exact one (:attr:`RewardConfig.exact`).
+
+    With ``cfg.reward.exact`` the reward's entropy term reads the exact phase distribution: eq. 11
+    with the expected counts G·p in place of the G answers' counts (the estimate's limit)."""
     group_size = None if cfg.reward.reads_answers else 1
     _, info = env.reset(seed=seed)
     history: deque = deque(maxlen=2)
     buffer: list[Exchange] = []
-    rewards, invalid, updates = [], 0, []
-    window: list[tuple[float, bool]] = []  # (queue, valid) of the decisions since the last update
+    rewards, invalid, updates, dse = [], 0, [], []
+    window: list[tuple[float, bool, float]] = []  # (queue, valid, phase entropy) of the decisions since the last update
     bar = tqdm(total=cfg.episode_s // 10, desc=f"LLM PPO episode (seed {seed})", unit="decision", leave=False,
                mininterval=2, disable=not progress)
     done = False
     while not done:
         state = info["state"]
-        texts, exchange = yield prompter(state, history), group_size
+        texts, exchange = yield prompter(state, history), group_size, answer_choices(state)
         action, valid, counts = judge(texts, state)
+        exact = phase_distribution(exchange, state)
+        if cfg.reward.exact and exact is None:
+            raise ValueError("RewardConfig.exact: the exact DSE needs constrained answers (PPOConfig.answer)")
+        if exact is not None:  # the paper's estimate from the G answers beside the exact value, same decision
+            dse.append([softmax_dse(counts, action, cfg.reward.tau), exact_dse(exact, action, cfg.reward.tau, len(texts))])
+        used = len(texts) * exact if cfg.reward.exact else counts
         _, _, terminated, truncated, info = env.step(action)
         if cfg.random_reward_std is None:
-            reward = cfg.reward(state, action, info["state"], counts)
+            reward = cfg.reward(state, action, info["state"], used)
         else:
-            reward = cfg.reward.from_r_env(float(rng.normal(0.0, cfg.random_reward_std)), counts, action)
+            reward = cfg.reward.from_r_env(float(rng.normal(0.0, cfg.random_reward_std)), used, action)
         exchange.reward = reward - (0.0 if valid else cfg.invalid_penalty)
         exchange.time_s = info["time_s"]
         buffer.append(exchange)
         history.append((state, action))
         rewards.append(exchange.reward)
         invalid += not valid
-        window.append((info["state"].total_queue, valid))
+        window.append((info["state"].total_queue, valid, phase_entropy(exact if exact is not None else counts)))
         bar.update()
         bar.set_postfix(queue=info["state"].total_queue, reward=f"{np.mean(rewards):.2f}", refresh=False)
         t = info["time_s"]
         if t % cfg.update_every_s == 0:
             buffer = [e for e in buffer if e.time_s > t - cfg.buffer_s]
-            queue, valid_share = np.mean(window, axis=0)  # the learning curve: before each update
-            updates.append({**policy.update(buffer), "queue": float(queue), "valid_rate": float(valid_share)})
+            queue, valid_share, entropy = np.mean(window, axis=0)  # the learning curve: before each update
+            updates.append({**policy.update(buffer), "queue": float(queue), "valid_rate": float(valid_share),
+                            "phase_entropy": float(entropy)})
             window = []
         if t % cfg.checkpoint_every_s == 0:
             on_checkpoint(t)
@@ -290,7 +305,24 @@ def _episode(env: SignalEnv, policy: LMPolicy, prompter: Prompter, cfg: OracleCo
     return {"seed": seed, "queue": summary["queue"], "travel_time_s": summary["travel_time_s"],
             "mean_reward": float(np.mean(rewards)), "invalid_rate": invalid / len(rewards),
             "kl": float(np.mean([u["kl"] for u in updates])) if updates else 0.0,
-            "updates": len(updates), "update_stats": updates}
+            "updates": len(updates), "update_stats": updates, "dse": dse}
+
+
+def phase_distribution(exchange: Exchange, state: IntersectionState) -> np.ndarray | None:
+    """The exact probability of each phase (by phase index) of a constrained exchange, whose
+    choices are :func:`answer_choices` of ``state``; None for a free answer."""
+    if getattr(exchange, "probs", None) is None:
+        return None
+    out = np.zeros(len(state.phases))
+    out[[p.index for p in state.phases]] = exchange.probs.double().numpy()
+    return out
+
+
+def phase_entropy(weights: np.ndarray) -> float:
+    """Normalised entropy (0: one phase, 1: uniform) of phase probabilities or counts."""
+    p = np.asarray(weights, dtype=float) / np.sum(weights)
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum() / np.log(len(weights))) + 0.0 if len(weights) > 1 else 0.0
 
 
 def train(policy: LMPolicy, prompter: Prompter, cfg: OracleConfig, out_dir: str | Path) -> dict:
@@ -328,14 +360,14 @@ def train_together(policies: Sequence[LMPolicy], prompter: Prompter, cfgs: Seque
     bar = tqdm(total=sum(c.episodes * c.episode_s // 10 for c in cfgs), desc=f"LLM PPO{together}",
                unit="decision", leave=False, mininterval=2)
     while requests:
-        by_size: dict[int, list[int]] = {}
-        for i, (_, size) in requests.items():
-            by_size.setdefault(size or policies[i].cfg.group_size, []).append(i)
-        for size, members in by_size.items():
+        by_size: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        for i, (_, size, choices) in requests.items():
+            by_size.setdefault((size or policies[i].cfg.group_size, choices), []).append(i)
+        for (size, choices), members in by_size.items():
             if tuple(members) not in groups:
                 groups[tuple(members)] = PolicyGroup([policies[i] for i in members])
             group = groups[tuple(members)]
-            answers = group.sample([requests[i][0] for i in members], size)
+            answers = group.sample([requests[i][0] for i in members], size, choices)
             for i, answer in zip(members, answers):
                 advance(i, answer)
             bar.update(len(members))

@@ -184,6 +184,16 @@ BRIEF_OPENING = "<signal>"
 """How a ``brief`` prompt opens the assistant's answer (after the chat template's generation prompt)."""
 
 
+CLOSING = "</signal>"
+"""What ends an answer after :data:`BRIEF_OPENING`."""
+
+
+def answer_choices(state: IntersectionState) -> tuple[str, ...]:
+    """The texts a constrained answer may be after :data:`BRIEF_OPENING`: each phase's mnemonic
+    and the closing tag, in phase order (``PPOConfig.answer = "constrained"``)."""
+    return tuple(p.mnemonic + CLOSING for p in state.phases)
+
+
 def brief_system_prompt(phases: Sequence[Phase], decision_s: int = 10) -> str:
     """A.4's task and intersection, the phases, and an answer-only instruction (``brief`` style)."""
     if not phases:
@@ -222,9 +232,10 @@ def messages(state: IntersectionState, history: Sequence[Exchange] = (), decisio
     parts = [f"{age} decision(s) ago: {brief_state_text(past)}\nChosen signal: "
              f"<signal>{_phase_by_index(past.phases, action).mnemonic}</signal>"
              for age, (past, action) in zip(range(len(history), 0, -1), history)]
+    # the constant line first: with the system prompt it is the kept prefix of every decision's prompt
     return [{"role": "system", "content": brief_system_prompt(state.phases, decision_s)},
-            {"role": "user", "content": "\n\n".join([*parts, f"Now: {brief_state_text(state)}",
-                                                     f"Choose one of: {', '.join(p.mnemonic for p in state.phases)}."])}]
+            {"role": "user", "content": "\n\n".join([f"Choose one of: {', '.join(p.mnemonic for p in state.phases)}.",
+                                                     *parts, f"Now: {brief_state_text(state)}"])}]
 
 
 _TAG = re.compile(r"<\s*signal\s*>(.*?)<\s*/\s*signal\s*>", re.IGNORECASE | re.DOTALL)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+ANSWERS = ("free", "constrained")
+"""How answers are drawn (:attr:`PPOConfig.answer`)."""
+
+
 @dataclass
 class PPOConfig:
     """PPO hyperparameters; defaults are the paper's (A.2, Table 8 Qwen3-0.6B/Cologne1)."""
@@ -28,6 +32,13 @@ class PPOConfig:
     """Prompt style of a chat backbone: ``paper`` (A.4 + A.5) or ``brief`` (one line per phase,
     answer only; see :data:`llmtraffic.signal.prompt.STYLES`). Like ``thinking``, it shapes
     what the policy reads, so runs that sample together must share it."""
+    answer: str = "free"
+    """``free``: the answer is unconstrained text and the signal study reads its phase with
+    Algorithm 2 (the paper's protocol). ``constrained``: the answer must be one of the texts the
+    caller gives (the intersection's phase names and the closing tag, after a prompt that opens
+    the answer, the ``brief`` prompt's ``<signal>``): its exact distribution over them is
+    computed each decision and the G answers drawn from it (:mod:`llmtraffic.rl.constrained`), and
+    the update scores each answer under the same mask. A departure, named in the labels."""
     prompt_history: int = 2
     """State–action pairs of earlier decisions in the prompt (§3.1: the two most recent)."""
     gradient_checkpointing: bool = False
@@ -92,6 +103,8 @@ class PPOConfig:
     """Seeds adapter initialisation, value head, sampling and minibatch shuffling."""
 
     def __post_init__(self) -> None:
+        if self.answer not in ANSWERS:
+            raise ValueError(f"PPOConfig.answer must be one of {ANSWERS}, got {self.answer!r}")
         if self.micro_batch_size < 0:
             raise ValueError(f"PPOConfig.micro_batch_size must be >= 0 (0 = the whole minibatch), got {self.micro_batch_size}")
         if self.lora_layers < 0:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from ..small_decoder import SmallDecoder
@@ -39,17 +41,24 @@ class PolicyGroup:
             self._samplers, self._stacked = samplers, SmallDecoder.stack(samplers)
         return self._stacked
 
-    def sample(self, prompts: list[str], group_size: int | None = None) -> list[tuple[list[str], Exchange]]:
-        """``policies[i].sample(prompts[i], group_size)`` for every i, recorded for their updates."""
+    def sample(self, prompts: list[str], group_size: int | None = None,
+               choices: Sequence[str] | None = None) -> list[tuple[list[str], Exchange]]:
+        """``policies[i].sample(prompts[i], group_size, choices=choices)`` for every i, recorded for
+        their updates (constrained answers: each policy's exact distribution from one stacked
+        forward, :meth:`LMPolicy.choose`)."""
         if len(prompts) != len(self.policies):
             raise ValueError(f"PolicyGroup.sample: {len(prompts)} prompts for {len(self.policies)} policies")
         sizes = {group_size or p.cfg.group_size for p in self.policies}
         decoder = self.decoder() if len(self.policies) > 1 and len(sizes) == 1 else None
         if decoder is None:
-            return [p.sample(q, group_size) for p, q in zip(self.policies, prompts)]
+            return [p.sample(q, group_size, choices=choices) for p, q in zip(self.policies, prompts)]
         first, g = self.policies[0], sizes.pop()
         cfg = first.cfg
         ids = [first.tokenizer(q, return_tensors="pt", add_special_tokens=False).input_ids[0] for q in prompts]
+        if cfg.answer == "constrained":
+            seeds = [int(p.rng.integers(2**62)) for p in self.policies]
+            drawn = first.draw_answers(ids, first.trie(choices), seeds, g, states=True, sampler=decoder)
+            return [p.constrained_exchange(q, p.trie(choices), *d, True) for p, q, d in zip(self.policies, ids, drawn)]
         gens = [torch.Generator().manual_seed(int(p.rng.integers(2**62))) for p in self.policies]
         out = decoder.sample_each(ids, cfg.max_new_tokens, first.stop_ids, first.pad_id, cfg.temperature, cfg.top_p,
                                   cfg.top_k, gens, n=g, stop=first.stop)

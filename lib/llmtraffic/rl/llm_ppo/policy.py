@@ -8,6 +8,7 @@ log pi_ref, V_old); the PPO update (eqs. 5, 6, 16 from :mod:`.objective`); check
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -15,7 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .. import small_decoder
+from .. import constrained, small_decoder
+from ..constrained import AnswerTrie
 from ..small_decoder import SmallDecoder, common_prefix
 from .adapters import MixedAdapters
 from .config import PPOConfig
@@ -57,6 +59,11 @@ class Exchange:
     states: Tensor | None = None
     """With LoRA on the top layers only: the hidden states entering the lowest adapted layer at
     every prompt and answer position (frozen weights below it, so the update starts there)."""
+    choices: tuple[str, ...] | None = None
+    """Constrained answers (``PPOConfig.answer``): the texts the answer had to be one of; None:
+    free text. The update scores the answer under the same mask as the rollout."""
+    probs: Tensor | None = None
+    """Constrained answers: the exact probability of each of ``choices`` when sampled."""
 
 
 class LMPolicy:
@@ -105,6 +112,8 @@ class LMPolicy:
         """Sample from merged weights (see `_sampler`); False applies the adapters unmerged."""
         self._merged: nn.Module | SmallDecoder | None = None
         """The model with the adapters merged in, for sampling on CPU (see `_sampler`)."""
+        self._tries: dict[tuple[str, ...], AnswerTrie] = {}
+        """Answer tries of constrained answers, one per answer list (built once each)."""
 
     @property
     def device(self) -> torch.device:
@@ -113,17 +122,121 @@ class LMPolicy:
     # --- rollout ---------------------------------------------------------------------
 
     def sample(self, prompt: str, group_size: int | None = None, rng: np.random.Generator | None = None,
-               record: bool = True) -> tuple[list[str], Exchange]:
+               record: bool = True, choices: Sequence[str] | None = None) -> tuple[list[str], Exchange]:
         """G answers to ``prompt`` in one batched generate call; the first is the action (Alg. 1).
 
         Returns the decoded answers and the buffer entry of the first one. ``rng`` (default: the
         policy's own generator) seeds the sampling; ``record=False`` keeps the exchange out of
-        the next update's scoring (evaluation episodes).
+        the next update's scoring (evaluation episodes). ``choices``: the texts a constrained
+        answer must be one of (``PPOConfig.answer``; ignored for free answers), drawn from their
+        exact distribution (:meth:`choose`).
         """
         g = group_size or self.cfg.group_size
         prompt_ids = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(self.device)
-        out = self._generate(prompt_ids, g, int((rng or self.rng).integers(2**62)))
+        seed = int((rng or self.rng).integers(2**62))
+        if self.cfg.answer == "constrained":
+            trie = self.trie(choices)
+            drawn = self.draw_answers([prompt_ids[0].cpu()], trie, [seed], g, states=record)[0]
+            return self.constrained_exchange(prompt_ids[0], trie, *drawn, record)
+        out = self._generate(prompt_ids, g, seed)
         return self._exchange(prompt_ids[0], out, record)
+
+    # --- constrained answers ---------------------------------------------------------
+
+    def trie(self, choices: Sequence[str] | None) -> AnswerTrie:
+        """The answer trie of ``choices`` (built once per list)."""
+        if not choices:
+            raise ValueError("PPOConfig.answer = 'constrained': give the choices the answer must be one of")
+        key = tuple(choices)
+        if key not in self._tries:
+            self._tries[key] = AnswerTrie(self.tokenizer, key)
+        return self._tries[key]
+
+    def choose(self, prompts: list[Tensor], trie: AnswerTrie, sampler: SmallDecoder | nn.Module | None = None,
+               upto: int = 0) -> tuple[Tensor, small_decoder.Prefilled | None]:
+        """The exact log-probability of each answer of ``trie`` after each prompt (prompts,
+        answers) at the config's temperature, top-k and top-p (:func:`constrained.answer_logprobs`),
+        and where a :class:`SmallDecoder` samples, the pre-filled prompts (kept with the hidden
+        states entering layer ``upto`` > 0, for :meth:`draw_answers`).
+
+        A :class:`SmallDecoder` pre-fills each prompt once (its constant prefix kept between
+        calls) and runs the trie's few rows (up to the last node with a choice) over its keys and
+        values; elsewhere (GPU, a 4-bit base) the model runs the prompt once and the rows over its cache."""
+        cfg, sampler = self.cfg, sampler or self._sampler()
+        if isinstance(sampler, SmallDecoder):
+            pre = sampler.prefill_each(prompts, self.pad_id, upto)
+            hidden = sampler.extend(pre, trie.rows.expand(len(prompts), -1, -1))[0] if len(trie.rows) else None
+            logits = constrained.children_logits(trie, pre.last, hidden, sampler.lm_head)
+        else:
+            pre = None
+            logits = torch.stack([self._hf_child_logits(p, trie) for p in prompts])
+        return constrained.answer_logprobs(trie, logits.float().cpu(), cfg.temperature, cfg.top_p, cfg.top_k), pre
+
+    def draw_answers(self, prompts: list[Tensor], trie: AnswerTrie, seeds: list[int], g: int, states: bool = False,
+                     sampler: SmallDecoder | nn.Module | None = None) -> list[tuple[Tensor, Tensor, Tensor | None]]:
+        """Per prompt: the answers' exact log-probabilities (:meth:`choose`), G answer indices
+        drawn from them with a generator seeded by ``seeds[i]`` (no decoding; temperature 0: the
+        mode G times), and with ``states`` (LoRA on the top layers, a :class:`SmallDecoder`
+        sampling) the hidden states entering the lowest adapted layer at the prompt's positions
+        and the first answer's, for the update (:attr:`Exchange.states`), else None."""
+        sampler = sampler or self._sampler()
+        tapped = states and self.frozen > 0 and isinstance(sampler, SmallDecoder)
+        logp, pre = self.choose(prompts, trie, sampler, self.frozen if tapped else 0)
+        if self.cfg.temperature == 0:
+            picks = [lp.argmax().repeat(g) for lp in logp]
+        else:
+            picks = [constrained.draw(lp, g, torch.Generator().manual_seed(seed)) for lp, seed in zip(logp, seeds)]
+        kept = self._tapped_states(sampler, pre, trie, [int(p[0]) for p in picks]) if tapped else [None] * len(prompts)
+        return list(zip(logp, picks, kept))
+
+    def _tapped_states(self, sampler: SmallDecoder, pre: small_decoder.Prefilled, trie: AnswerTrie,
+                       firsts: list[int]) -> list[Tensor]:
+        """Per prompt, the hidden states entering the lowest adapted layer at its positions and
+        its first answer's (that answer's tokens run up to that layer only). The last answer
+        token's state is never read (it predicts nothing) and stays zero."""
+        taps = pre.taps
+        seqs = [trie.sequence(f) for f in firsts]
+        width = max(len(q) for q in seqs) - 1
+        rows = torch.zeros(len(seqs), 1, max(width, 1), dtype=torch.long)
+        for r, q in enumerate(seqs):
+            rows[r, 0, : len(q) - 1] = q[:-1]
+        answers = sampler.extend(pre, rows, self.frozen)[1] if width else None
+        out = []
+        for r, q in enumerate(seqs):
+            rest = taps["rest"][r, int(taps["offset"][r]):]
+            tail = torch.zeros(len(q), rest.shape[-1])
+            if answers is not None:
+                tail[: len(q) - 1] = answers[r, 0, : len(q) - 1]
+            out.append(torch.cat((taps["prefix"], rest, tail)))
+        return out
+
+    def _hf_child_logits(self, prompt: Tensor, trie: AnswerTrie) -> Tensor:
+        """``child_logits`` of one prompt through the (adapter-wrapped) model: the prompt once,
+        then the trie's rows over its cache, logits gathered at the trie's children."""
+        model, dev = self.model, self.device
+        model.eval()
+        with torch.no_grad():
+            out = model(input_ids=prompt[None].to(dev), use_cache=bool(len(trie.rows)))
+            more = None
+            if len(trie.rows):
+                cache = out.cache
+                cache.batch_repeat_interleave(len(trie.rows))
+                width = len(prompt) + trie.rows.shape[1]
+                more = model(input_ids=trie.rows.to(dev), cache=cache,
+                             attention_mask=torch.ones(len(trie.rows), width, dtype=torch.long, device=dev)).logits
+        return constrained.gather_children(trie, out.logits[0, -1].float().cpu(),
+                                           None if more is None else more.float().cpu())
+
+    def constrained_exchange(self, prompt_ids: Tensor, trie: AnswerTrie, logp: Tensor, picks: Tensor,
+                             states: Tensor | None, record: bool) -> tuple[list[str], Exchange]:
+        """The answers ``picks`` (indices into ``trie``, drawn from ``exp(logp)``, the first the
+        action) and the first one's exchange."""
+        answer = trie.sequence(int(picks[0]))
+        exchange = Exchange(prompt_ids.cpu(), answer, [trie.answers[int(i)] for i in picks], states=states,
+                            choices=trie.answers, probs=logp.exp())
+        if record:
+            self.pending.append(exchange)
+        return exchange.texts, exchange
 
     def _exchange(self, prompt_ids: Tensor, out: Tensor, record: bool) -> tuple[list[str], Exchange]:
         """The decoded answers (rows of ``out``) to ``prompt_ids`` and the first one's exchange."""
@@ -135,43 +248,55 @@ class LMPolicy:
         return texts, exchange
 
     def sample_each(self, prompts: list[str], rngs: list[np.random.Generator],
-                    sampler: SmallDecoder | None = None) -> list[str]:
+                    sampler: SmallDecoder | None = None, choices: Sequence[str] | None = None) -> list[str]:
         """One answer to each prompt, drawn with ``rngs[i]`` as ``sample(prompts[i], 1, rngs[i],
         record=False)`` would draw it, but in one batch where the sampler is a
         :class:`SmallDecoder` (several episodes played together, see
         :func:`llmtraffic.signal.evaluation.evaluate_together`); one call per prompt otherwise.
         ``sampler``: a decoder of several checkpoints (:meth:`checkpoints_decoder`), prompt
-        block i answered by checkpoint i."""
+        block i answered by checkpoint i. ``choices``: as in :meth:`sample` (one list for all)."""
         if len(prompts) != len(rngs):
             raise ValueError(f"sample_each: {len(prompts)} prompts for {len(rngs)} generators")
         if isinstance(sampler, MixedAdapters):  # generate's path: one batch, an adapter per block
             return sampler.sample_each(prompts, rngs)
         sampler = sampler or self._sampler()
         if not isinstance(sampler, SmallDecoder) or (len(prompts) == 1 and sampler.models == 1):
-            return [self.sample(p, 1, rng=rng, record=False)[0][0] for p, rng in zip(prompts, rngs)]
+            return [self.sample(p, 1, rng=rng, record=False, choices=choices)[0][0] for p, rng in zip(prompts, rngs)]
         cfg, tok = self.cfg, self.tokenizer
         ids = [tok(p, return_tensors="pt", add_special_tokens=False).input_ids[0] for p in prompts]
-        gens = [torch.Generator().manual_seed(int(rng.integers(2**62))) for rng in rngs]
+        seeds = [int(rng.integers(2**62)) for rng in rngs]
+        if cfg.answer == "constrained":
+            trie = self.trie(choices)
+            drawn = self.draw_answers(ids, trie, seeds, 1, sampler=sampler)
+            return [self.constrained_exchange(q, trie, *d, False)[0][0] for q, d in zip(ids, drawn)]
+        gens = [torch.Generator().manual_seed(seed) for seed in seeds]
         out = sampler.sample_each(ids, cfg.max_new_tokens, self.stop_ids, self.pad_id, cfg.temperature, cfg.top_p,
                                   cfg.top_k, gens, stop=self.stop)
         return [tok.decode(self._trim(row), skip_special_tokens=True) for row in out]
 
-    def sample_groups(self, prompts: list[str], rng: np.random.Generator, chunk: int = 64) -> list[list[str]]:
+    def sample_groups(self, prompts: list[str], rng: np.random.Generator, chunk: int = 64,
+                      choices: Sequence[str] | None = None) -> list[list[str]]:
         """G answers to each prompt, as ``[sample(p, rng=rng, record=False)[0] for p in prompts]``
         draws them (one generator seed per prompt from ``rng``, in order), but ``chunk`` prompts per
         batch where the sampler is a :class:`SmallDecoder`: the evaluation's agreement probes,
-        ~6x cheaper than one call per prompt (each prompt pre-filled once, its G rows decoded together)."""
+        ~6x cheaper than one call per prompt (each prompt pre-filled once, its G rows decoded together).
+        ``choices``: as in :meth:`sample`."""
         if chunk < 1:
             raise ValueError(f"sample_groups: chunk must be >= 1, got {chunk}")
         sampler = self._sampler()
         if not isinstance(sampler, SmallDecoder):
-            return [self.sample(p, rng=rng, record=False)[0] for p in prompts]
+            return [self.sample(p, rng=rng, record=False, choices=choices)[0] for p in prompts]
         cfg, tok, g = self.cfg, self.tokenizer, self.cfg.group_size
         seeds = [int(rng.integers(2**62)) for _ in prompts]
         texts: list[list[str]] = []
         for start in range(0, len(prompts), chunk):
             block = prompts[start : start + chunk]
             ids = [tok(p, return_tensors="pt", add_special_tokens=False).input_ids[0] for p in block]
+            if cfg.answer == "constrained":
+                trie = self.trie(choices)
+                drawn = self.draw_answers(ids, trie, seeds[start : start + chunk], g, sampler=sampler)
+                texts += [self.constrained_exchange(q, trie, *d, False)[0] for q, d in zip(ids, drawn)]
+                continue
             gens = [torch.Generator().manual_seed(s) for s in seeds[start : start + chunk]]
             out = sampler.sample_each(ids, cfg.max_new_tokens, self.stop_ids, self.pad_id, cfg.temperature, cfg.top_p,
                                       cfg.top_k, gens, n=g, stop=self.stop)
@@ -267,7 +392,7 @@ class LMPolicy:
         """What two policies must share to sample in one batch: the decoding settings and tokens."""
         cfg = self.cfg
         return (cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, tuple(self.stop_ids), self.pad_id,
-                cfg.stop_text)
+                cfg.stop_text, cfg.answer)
 
     def _rng_devices(self) -> list:
         return [self.device] if self.device.type == "cuda" else []
@@ -298,16 +423,20 @@ class LMPolicy:
             for start in range(0, len(self.pending), size):
                 batch = self.pending[start : start + size]
                 prompts, answers = [e.prompt_ids for e in batch], [e.answer_ids for e in batch]
+                tries = [self.trie(e.choices) if e.choices else None for e in batch]
                 if fast:  # the frozen layers once for both: the policy and pi_ref differ above them only
-                    states = self._states(prompts, answers) if self.frozen else None
-                    logp, values, _ = self._evaluate(prompts, answers, sampler, states=states)
-                    ref_logp, _, _ = self._evaluate(prompts, answers, self._reference, states=states)
+                    if self.frozen and all(e.states is not None for e in batch):  # kept from the rollout
+                        states = nn.utils.rnn.pad_sequence([e.states for e in batch], batch_first=True)
+                    else:
+                        states = self._states(prompts, answers) if self.frozen else None
+                    logp, values, _ = self._evaluate(prompts, answers, sampler, states=states, tries=tries)
+                    ref_logp, _, _ = self._evaluate(prompts, answers, self._reference, states=states, tries=tries)
                     for row, ex in enumerate(batch if states is not None else []):
                         ex.states = states[row, : len(ex.prompt_ids) + len(ex.answer_ids)].clone()
                 else:
-                    logp, values, _ = self._evaluate(prompts, answers)
+                    logp, values, _ = self._evaluate(prompts, answers, tries=tries)
                     with self.model.disable_adapter():  # pi_ref: the same base without adapters
-                        ref_logp, _, _ = self._evaluate(prompts, answers)
+                        ref_logp, _, _ = self._evaluate(prompts, answers, tries=tries)
                 for row, ex in enumerate(batch):
                     n = len(ex.answer_ids)
                     ex.old_logp, ex.ref_logp, ex.old_values = (
@@ -326,11 +455,13 @@ class LMPolicy:
         return self._reference.states(ids, self.frozen, shared)
 
     def _evaluate(self, prompts: list[Tensor], answers: list[Tensor], decoder: SmallDecoder | None = None,
-                  lora: list | None = None, states: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                  lora: list | None = None, states: Tensor | None = None,
+                  tries: list[AnswerTrie | None] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Log-probabilities and values at each answer token of a right-padded batch, computed
         by the adapter-wrapped model or by ``decoder`` (with the low-rank factors ``lora``, see
         :meth:`_factors`; from ``states``, the hidden states entering the lowest adapted layer,
-        where given).
+        where given). ``tries``: per row, the answer trie of a constrained answer (its
+        log-probabilities are the masked conditionals of the rollout), or None (free text).
 
         Returns ``logp``, ``values`` and ``mask``, each (batch, longest answer). The LM head runs
         only on answer positions, so memory does not scale with prompt length x vocabulary.
@@ -354,12 +485,24 @@ class LMPolicy:
             head = decoder.output
         h = hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))
         logits = head(h).float() / (self.cfg.temperature or 1.0)
+        if tries is not None and any(t is not None for t in tries):
+            logits = logits + self._answer_masks(answers, tries, logits.shape[1], logits.shape[2]).to(dev)
         targets = ids.gather(1, pos + 1)
         logp = torch.log_softmax(logits, -1).gather(-1, targets[..., None]).squeeze(-1) * mask
         # The critic reads detached features: its loss trains the value head only, so the two
         # optimisers of A.2 each own their parameters.
         values = self.value_head(h.detach().float()) * mask
         return logp, values, mask
+
+    @staticmethod
+    def _answer_masks(answers: list[Tensor], tries: list[AnswerTrie | None], steps: int, vocab: int) -> Tensor:
+        """Additive masks (batch, steps, vocab) of the rows' answer tries (0 for free answers and
+        past an answer's end)."""
+        out = torch.zeros(len(answers), steps, vocab)
+        for row, (answer, trie) in enumerate(zip(answers, tries)):
+            if trie is not None:
+                out[row, : len(answer)] = trie.mask_answer(answer.cpu(), vocab)
+        return out
 
     # --- update ----------------------------------------------------------------------
 
@@ -420,7 +563,7 @@ class LMPolicy:
             states = (nn.utils.rnn.pad_sequence([e.states for e in part], batch_first=True)
                       if decoder is not None and all(e.states is not None for e in part) else None)
             logp, values, m = self._evaluate([e.prompt_ids for e in part], [e.answer_ids for e in part], decoder, lora,
-                                             states)
+                                             states, [self.trie(e.choices) if e.choices else None for e in part])
             cut = (rows, slice(0, m.shape[1]))  # the micro-batch pads to its own longest answer
             policy_loss = clipped_surrogate_loss(logp, old_logp[cut], adv[cut], cfg.clip_low, cfg.clip_high, m, count)
             loss = policy_loss
