@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 
 BENCH_TIMEOUT_S = 1500  # five cases in fresh processes (~9 min on 2 loaded cores); a LLaMA3-8B layer is ~5 GB of fp32 weights
 

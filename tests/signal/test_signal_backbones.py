@@ -9,7 +9,7 @@ from transformers import GenerationConfig
 
 from llmtraffic.llm.tiny import CHATML_TEMPLATE, TinySpec, tiny_model, tiny_tokenizer
 from llmtraffic.signal.backbones import (THINKING_MIN_NEW_TOKENS, backbone_unavailable, episode_messages, load_backbone,
-                                       ppo_config, prompt_tokens)
+                                       ppo_config, prompt_tokens, settings_text)
 from llmtraffic.signal.oracle_training import chat_prompter
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 
@@ -110,3 +110,9 @@ def test_registered_gguf_backbones_run_here_in_fp32_with_their_card_names():
         assert backbone_title(name) == title
         assert ppo_config(name, "cologne1").load_in_4bit is False
     assert backbone_unavailable("Qwen3-0.6B") is not None or torch.cuda.is_available()
+
+
+def test_captions_name_the_hurdle_and_clip_a_fine_tune_ran_with():
+    assert settings_text("Qwen3-0.6B", "hangzhou1x1", {}, 2.0) == "Qwen3-0.6B: H_R = 3.7, ε_l = 0.2, ε_u = 0.5"  # Table 8
+    assert settings_text("surrogate-tiny", "cologne1", {"clip_high": 0.3}, 2.0) == \
+        "surrogate-tiny: H_R = 2, ε_l = 0.2, ε_u = 0.3"

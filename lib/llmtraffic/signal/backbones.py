@@ -235,6 +235,14 @@ def ppo_config(backbone: str, scenario: str, **overrides: Any) -> PPOConfig:
     return PPOConfig(**{"load_in_4bit": True, **PAPER_MEMORY, **decoding, **table8, **overrides})
 
 
+def settings_text(backbone: str, scenario: str, ppo: dict[str, Any], hurdle: float) -> str:
+    """What a caption says a fine-tune of ``backbone`` on ``scenario`` ran with: its H_R (Table 8's
+    for a Table 1 backbone, else ``hurdle``) and clip bounds (``ppo``: the notebook's overrides)."""
+    cfg = ppo_config(backbone, scenario, **ppo)
+    return (f"{backbone}: H_R = {table8_hurdle(backbone, scenario, hurdle):g}, "
+            f"ε_l = {cfg.clip_low:g}, ε_u = {cfg.clip_high:g}")
+
+
 def surrogate_artifact(scenario: str = "cologne1", **overrides: Any):
     """The surrogate pre-trained on ``scenario``'s states (cached, kind ``tsc_surrogate``)."""
     cfg = SurrogateConfig(**{"scenario": scenario, **overrides})
