@@ -261,6 +261,27 @@ def test_llm_seeds_choose_the_llm_loops_and_must_be_among_the_agent_seeds(monkey
         jobs.llm_seeds_of(["paradigm"], [0, 1, 2], {"eureka": [0]})
 
 
+def test_llm_iterations_per_variant_reach_the_loops_and_the_caption(monkeypatch):
+    assert jobs.llm_iterations_of(["paradigm", "eureka"], 4, None) == {"paradigm": 4, "eureka": 4}
+    assert jobs.llm_iterations_of(["paradigm", "eureka"], 4, 1) == {"paradigm": 1, "eureka": 1}
+    assert jobs.llm_iterations_of(["paradigm", "eureka"], 4, {"eureka": 2}) == {"paradigm": 4, "eureka": 2}
+    with pytest.raises(ValueError, match="names variant\\(s\\) \\['critic'\\] that do not run here"):
+        jobs.llm_iterations_of(["paradigm"], 4, {"critic": 2})
+    with pytest.raises(ValueError, match="whole numbers >= 1; got \\{'eureka': 0\\}"):
+        jobs.llm_iterations_of(["paradigm", "eureka"], 4, {"eureka": 0})
+    grids = []
+    monkeypatch.setattr(jobs.study, "run_grid", lambda fn, tasks, **kw: grids.append(list(tasks)) or [None] * len(tasks))
+    jobs.variant_grid(["paradigm", "eureka"], [0], {"backend": "local"}, RUN, llm_iterations={"eureka": 1})
+    assert [t["iterations"] for t in grids[0]] == [RUN["iterations"]] * 2  # the search designer keeps the notebook's
+    assert {t["variant"]: t["iterations"] for t in grids[1]} == {"eureka": 1, "paradigm": RUN["iterations"]}
+    note = jobs.iterations_note
+    assert note(["paradigm", "eureka", "critic"], 4, {"eureka": 2, "critic": 2}, {"backend": "local"}) == \
+        "4 iterations (2 for the LLM rows Eureka-style, critic)"
+    assert note(["paradigm", "eureka"], 4, 1, {"backend": "local"}) == "4 iterations (1 for the LLM rows)"
+    assert note(["paradigm", "eureka"], 4, {"eureka": 2}, None) == "4 iterations"
+    assert note(["paradigm"], 4, {"paradigm": 4}, {"backend": "local"}) == "4 iterations"
+
+
 def _designed(label: str, seed: int, code: str | None) -> jobs.DesignRun:
     failure = "" if code else "no valid reward in 2 tries"
     return jobs.DesignRun(label, "paradigm", seed, Outcome([], code, None, failure), final_code=code or "")

@@ -65,6 +65,8 @@ def test_tables_3_and_4_share_table_1s_design_runs_at_quick():
             ([100, 101, 102], [200, 201, 202], 4.0, 4.0)  # bus_case1's notebook defaults and design seeds
         seeds = quick["llm_seeds"]
         assert seeds["paradigm"] == case1["llm_seeds"]["paradigm"]
+        rounds = jobs.llm_iterations_of(list(seeds), quick["iterations"], quick.get("llm_iterations"))
+        assert {rounds[v] for v in jobs.SHARED if v in seeds} == {case1["design_iterations"]}, notebook  # fewer only off them
         if table == 4:
             assert seeds["cold"] == case1["llm_seeds"]["cold"] and len(seeds["no_refiner"]) >= 3
 

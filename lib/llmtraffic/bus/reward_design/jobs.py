@@ -327,21 +327,23 @@ def direct_cost(run: DirectRun) -> dict:
 
 
 def variant_grid(variants_: list[str], agent_seeds: list[int], llm: dict | None, common: dict,
-                 executor: str = "serial", jobs: int = 1, llm_iterations: int | None = None,
+                 executor: str = "serial", jobs: int = 1, llm_iterations: int | dict[str, int] | None = None,
                  llm_seeds: list[int] | dict[str, list[int]] | None = None,
                  **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
     """Every variant × agent seed with the search designer (through ``executor``), then with the LLM
     (serially: one client, one cassette; rows that say why without ``llm``), and the references.
-    ``llm_iterations`` (default ``common["iterations"]``) and ``llm_seeds`` (default
-    ``agent_seeds``; or per variant, :func:`llm_seeds_of`): the LLM loops' iterations and design
-    runs' seeds, fewer where each request costs minutes of CPU."""
+    ``llm_iterations`` (default ``common["iterations"]``; or per variant, :func:`llm_iterations_of`)
+    and ``llm_seeds`` (default ``agent_seeds``; or per variant, :func:`llm_seeds_of`): the LLM loops'
+    iterations and design runs' seeds, fewer where each request costs minutes of CPU."""
     seeds = llm_seeds_of(variants_, agent_seeds, llm_seeds)
+    rounds = llm_iterations_of(variants_, common["iterations"], llm_iterations)
 
     def tasks(designer: str) -> list[dict]:
-        llm_loop = designer == LLM_DESIGNER
-        mine = {**common, "iterations": llm_iterations} if llm_loop and llm_iterations else common
-        return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **mine)
-                for v in variants_ for s in (seeds[v] if llm_loop else agent_seeds)]
+        if designer != LLM_DESIGNER:
+            return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **common)
+                    for v in variants_ for s in agent_seeds]
+        return [dict(designer=designer, llm=llm, variant=v, seed=s, **extra, **{**common, "iterations": rounds[v]})
+                for v in variants_ for s in seeds[v]]
 
     found = study.run_grid(design_run, tasks(SEARCH), executor=executor, jobs=jobs, desc="search-designer loops")
     # this notebook's own LLM rows first: the rows another notebook shares (SHARED) are then more likely
@@ -378,6 +380,38 @@ def llm_seeds_of(variants_: list[str], agent_seeds: list[int],
             raise ValueError(f"llm_seeds {seeds} ({v}) must be a non-empty subset of agent_seeds {agent_seeds} "
                              "(the references run on those)")
     return out
+
+
+def llm_iterations_of(variants_: list[str], iterations: int,
+                      llm_iterations: int | dict[str, int] | None) -> dict[str, int]:
+    """Variant → its LLM loops' iterations: ``iterations`` (None), one number for every variant, or
+    one per variant (a variant left out keeps ``iterations``)."""
+    if isinstance(llm_iterations, dict):
+        unknown = sorted(set(llm_iterations) - set(variants_))
+        if unknown:
+            raise ValueError(f"llm_iterations names variant(s) {unknown} that do not run here; running: {variants_}")
+        out = {v: llm_iterations.get(v, iterations) for v in variants_}
+    else:
+        out = dict.fromkeys(variants_, llm_iterations or iterations)
+    bad = {v: n for v, n in out.items() if not isinstance(n, int) or n < 1}
+    if bad:
+        raise ValueError(f"llm_iterations must be whole numbers >= 1; got {bad}")
+    return out
+
+
+def iterations_note(variants_: list[str], iterations: int, llm_iterations: int | dict[str, int] | None,
+                    llm: dict | None) -> str:
+    """``"4 iterations (2 for the LLM rows without analyzer, without initializer)"`` for the captions."""
+    rounds = llm_iterations_of(variants_, iterations, llm_iterations)
+    fewer: dict[int, list[str]] = {}
+    for v, n in rounds.items():
+        if n != iterations:
+            fewer.setdefault(n, []).append(variants.NAMES[v])
+    if not llm or not fewer:
+        return f"{iterations} iterations"
+    every = len(fewer) == 1 and len(next(iter(fewer.values()))) == len(variants_)
+    parts = [f"{n} for the LLM rows" + ("" if every else " " + ", ".join(names)) for n, names in fewer.items()]
+    return f"{iterations} iterations ({'; '.join(parts)})"
 
 
 def design_runs_note(runs: dict[str, list[DesignRun]]) -> str:
