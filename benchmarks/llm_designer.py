@@ -122,10 +122,10 @@ def chat_text(messages: list[dict]) -> str:
     return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + "<|im_start|>assistant\n"
 
 
-def streamed(server: LocalServer, messages: list[dict], max_tokens: int, seed: int, grammar: str = "") -> dict:
+def streamed(server: LocalServer, messages: list[dict], max_tokens: int, seed: int, stop: list[str] | None = None) -> dict:
     """One streamed request: wall s, time to the first answer token, answer chunks and text."""
     body = {"model": server.alias, "messages": messages, "temperature": 0.7, "max_tokens": max_tokens,
-            "seed": seed, "stream": True, **({"grammar": grammar} if grammar else {})}
+            "seed": seed, "stream": True, **({"stop": stop} if stop else {})}
     start = time.perf_counter()
     first, chunks, text = None, 0, []
     with httpx.stream("POST", f"{server.url}/chat/completions", json=body, timeout=1800) as r:
@@ -163,7 +163,7 @@ def roles_benchmark(model: str, samples: int, configs: list[str], roles: tuple[s
             server, cap = servers[name], CONFIGS[name][1]
             cap = cap[role] if isinstance(cap, dict) else cap
             fenced = role != "analyzer" and CONFIGS[name][2:] == ("fenced",)
-            r = streamed(server, messages, cap, seed=i, grammar=dec.FENCED if fenced else "")
+            r = streamed(server, messages, cap, seed=i, stop=[dec.FENCE_END] if fenced else None)
             prompt = count_tokens(server, chat_text(messages))
             answer = count_tokens(server, r["text"]) if r["text"] else 0
             valid = ""

@@ -56,7 +56,8 @@ def test_the_schema_admits_only_the_terms_the_task_allows():
 def test_each_decoding_sends_its_constraint_and_the_free_one_none():
     code = "```python\ndef reward(current_state, action, next_state):\n    return 0.0\n```"
     terms = json.dumps({"terms": [{"term": "hold", "weight": 1.0}]})
-    backend = Recording([code, code, terms, "Here it is.\n" + code])
+    ended = "Here it is.\n```python\ndef reward(current_state, action, next_state):\n    return 0.0"  # cut at the fence
+    backend = Recording([code, code, terms, ended])
     llm = LLM(backend)
     free, grammar, structured, fenced = (LLMDesigner(llm, SETTING, decoding=d) for d in dec.DECODINGS)
     assert free.initial().code.startswith("def reward") and backend.constraints[-1] == {}
@@ -64,7 +65,8 @@ def test_each_decoding_sends_its_constraint_and_the_free_one_none():
     reply = structured.initial()
     assert set(backend.constraints[-1]) == {"json_schema"} and "r -= 1.0 * hold" in reply.code
     assert "Answer with JSON only" in backend.messages[-1]["content"] and "```python block" not in backend.messages[-1]["content"]
-    assert fenced.initial().code.startswith("def reward") and backend.constraints[-1] == {"grammar": dec.FENCED}
+    assert fenced.initial().code == "def reward(current_state, action, next_state):\n    return 0.0\n"
+    assert backend.constraints[-1] == {"stop": ["\n```\n"]}
     assert "```python block" in backend.messages[-1]["content"]  # the paper's prompt: only the answer's end is fixed
     with pytest.raises(ValueError, match="decoding must be one of"):
         LLMDesigner(llm, SETTING, decoding="beam")

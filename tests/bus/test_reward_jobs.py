@@ -242,7 +242,7 @@ def test_llm_seeds_choose_the_llm_loops_and_must_be_among_the_agent_seeds(monkey
     search, llm, refs = grids
     assert [(t["variant"], t["seed"]) for t in search[1]] == [("paradigm", 0), ("paradigm", 1), ("paradigm", 2),
                                                              ("cold", 0), ("cold", 1), ("cold", 2)]
-    assert [(t["designer"], t["variant"], t["seed"]) for t in llm[1]] == [("llm", "paradigm", 2), ("llm", "cold", 2)]
+    assert [(t["designer"], t["variant"], t["seed"]) for t in llm[1]] == [("llm", "cold", 2), ("llm", "paradigm", 2)]
     assert [t["seed"] for t in refs[1]] == [0, 1, 2]
     for bad in ([3], []):
         with pytest.raises(ValueError, match="llm_seeds .* must be a non-empty subset of agent_seeds"):
@@ -254,6 +254,15 @@ def test_llm_seeds_choose_the_llm_loops_and_must_be_among_the_agent_seeds(monkey
     found, _ = jobs.variant_grid(["paradigm", "no_refiner"], [0], {"backend": "local"}, RUN)
     assert [t["variant"] for t in grids[1]] == ["no_refiner", "paradigm"]
     assert found == [("search", "paradigm"), ("search", "no_refiner"), ("llm", "paradigm"), ("llm", "no_refiner")]
+    # the shared rows last seed first (Table 1 builds them first seed first), through the notebook's executor
+    grids.clear()
+    monkeypatch.setattr(jobs.study, "run_grid", lambda fn, tasks, **kw: grids.append((list(tasks), kw)) or
+                        [(t.get("designer"), t.get("variant"), t.get("seed")) for t in tasks])
+    found, _ = jobs.variant_grid(["paradigm", "no_refiner"], [0, 1], {"backend": "local"}, RUN, "processes", 2)
+    tasks, kw = grids[1]
+    assert [(t["variant"], t["seed"]) for t in tasks] == [("no_refiner", 0), ("no_refiner", 1), ("paradigm", 1), ("paradigm", 0)]
+    assert (kw["executor"], kw["jobs"]) == ("processes", 2)
+    assert found[4:] == [("llm", "paradigm", 0), ("llm", "paradigm", 1), ("llm", "no_refiner", 0), ("llm", "no_refiner", 1)]
     # per variant: the paradigm and its ablation without refiner at 3 design runs, the others at the first seed
     assert jobs.llm_seeds_of(["paradigm", "cold", "no_refiner"], [0, 1, 2], {"paradigm": [0, 1, 2], "no_refiner": [0, 1, 2]}) \
         == {"paradigm": [0, 1, 2], "cold": [0], "no_refiner": [0, 1, 2]}

@@ -53,11 +53,12 @@ def test_the_quick_case1_loop_rows_run_the_authors_length():
 
 
 def test_tables_3_and_4_share_table_1s_design_runs_at_quick():
-    """Same loop protocol, seeds, LLM and answer caps: the paradigm's (and the cold start's) design runs of
+    """Same loop protocol, seeds, LLM, answer caps and decoding: the paradigm's (and the cold start's) design runs of
     Tables 3 and 4 are Table 1's cached runs, and their final agents the same validated agents."""
     case1 = _quick("bus_case1")
     mine = {"iterations": case1["design_iterations"], "tries": case1["tries"], "llm": case1["llm"],
-            "llm_max_tokens": case1["llm_max_tokens"], "eval_seeds": case1["eval_seeds"], "dqn_budget": case1["dqn_budget"]}
+            "llm_max_tokens": case1["llm_max_tokens"], "decoding": case1["decoding"], "eval_seeds": case1["eval_seeds"],
+            "dqn_budget": case1["dqn_budget"]}
     for notebook, table in (("bus_llm_methods", 3), ("bus_ablation", 4)):
         quick = _quick(notebook)
         assert {k: quick[k] for k in mine} == mine, notebook
@@ -80,6 +81,30 @@ def test_a_loop_configured_for_4_iterations_runs_4_with_the_double(tmp_path, mon
     assert sorted({c["iteration"] for c in run.outcome.calls}) == [1, 2, 3, 4]  # every iteration asked the designer
     assert int(h["iteration"].max()) == 4 and run.counted and run.eval_rows
     assert {c["role"] for c in run.outcome.calls} >= {"analyzer", "modifier"}
+
+
+def test_design_runs_in_parallel_workers_record_one_cassette_that_replays_them_serially(tmp_path, monkeypatch):
+    """Two LLM loops in two worker processes ask at once and share the cassette; replayed one after
+    the other with no server, they end with the same rewards."""
+    from llmtraffic import study
+
+    monkeypatch.setenv("LLMTRAFFIC_RUNS", str(tmp_path / "recorded"))
+    record = {"path": "llm/shared.jsonl", "mode": "record"}
+    with LoopbackLLM() as double:
+        tasks = [dict(designer="llm", llm=_llm(double.url, max_retries=2, cache=record), variant="paradigm", seed=s,
+                      iterations=2, tries=2, **RUN) for s in (0, 1)]
+        parallel = study.run_grid(jobs.design_run, tasks, executor="processes", jobs=2)
+    cassette = tmp_path / "recorded" / "llm" / "shared.jsonl"
+    asked = sum(run.usage["calls"] for run in parallel)
+    assert len(cassette.read_text().splitlines()) == asked >= 6  # every request of both runs, none lost
+    replay_dir = tmp_path / "replayed" / "llm"
+    replay_dir.mkdir(parents=True)
+    (replay_dir / "shared.jsonl").write_text(cassette.read_text())
+    monkeypatch.setenv("LLMTRAFFIC_RUNS", str(tmp_path / "replayed"))
+    dead = _llm("http://127.0.0.1:9/v1", cache={"path": "llm/shared.jsonl", "mode": "replay"})
+    serial = [jobs.design_run(**{**task, "llm": dead}) for task in tasks]
+    assert [r.final_code for r in serial] == [r.final_code for r in parallel]
+    assert repr([r.eval_rows for r in serial]) == repr([r.eval_rows for r in parallel])  # nan-safe
 
 
 def test_k_tries_send_each_error_back_to_the_model(chat_server):

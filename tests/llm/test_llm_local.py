@@ -72,16 +72,16 @@ def test_the_prompt_cache_and_lookup_decoding_reach_the_server_and_answer(runs):
         LocalConfig("m.gguf", draft=4, prefix_cache_mb=64)
 
 
-def test_the_fenced_grammar_ends_the_answer_at_its_code_block(runs):
-    from llmtraffic.bus.reward_design.decoding import FENCED
-
-    llm = from_config(SMALL)
-    for seed in range(3):
-        [text] = llm.complete(MESSAGES, temperature=0.7, max_tokens=200, seed=seed, grammar=FENCED)
-        if text.endswith("```"):  # finished within the cap: nothing after the block's closing fence
-            assert text.count("```") == 2 and "```python\n" in text
-            return
-    pytest.fail("no answer closed its code block within 200 tokens")
+def test_a_stop_sequence_ends_the_answer_where_the_free_answer_first_has_it(runs):
+    llm = from_config({**SMALL, "cache": {"path": "llm/stop.jsonl", "mode": "record"}})
+    [free] = llm.complete(MESSAGES, temperature=0.7, max_tokens=40, seed=4)
+    assert "e" in free
+    [stopped] = llm.complete(MESSAGES, temperature=0.7, max_tokens=40, seed=4, stop=["e"])
+    assert stopped == free.split("e")[0]  # the same sample, ended before its first "e"
+    entries = [json.loads(line) for line in (runs / "llm" / "stop.jsonl").read_text().splitlines()]
+    assert "stop" not in entries[0]["params"] and entries[1]["params"]["stop"] == ["e"]  # two keys
+    with pytest.raises(ValueError, match="stop must be a list of non-empty strings"):
+        llm.complete(MESSAGES, max_tokens=4, stop=[""])
 
 
 def test_the_designer_grammar_makes_the_server_write_a_fenced_reward_function(runs):

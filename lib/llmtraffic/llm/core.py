@@ -44,8 +44,8 @@ class Backend(Protocol):
     def generate(
         self, messages: list[dict], n: int, temperature: float, max_tokens: int, seed: int | None, **constraint
     ) -> Completion:
-        """``constraint``: ``grammar`` or ``json_schema`` when the request has one (a backend
-        that cannot constrain decoding raises `LLMError`)."""
+        """``constraint``: ``grammar``, ``json_schema`` or ``stop`` when the request has one (a
+        backend that cannot constrain decoding raises `LLMError`)."""
 
 
 @dataclass
@@ -111,12 +111,14 @@ class LLM:
         seed: int | None = None,
         grammar: str | None = None,
         json_schema: dict | None = None,
+        stop: list[str] | None = None,
     ) -> list[str]:
         """`n` sampled answers to chat `messages` (``[{"role": ..., "content": ...}]``).
 
         ``grammar`` (GBNF) or ``json_schema`` constrain decoding where the backend supports it (a
-        llama.cpp server); they join the cassette key only when given, so unconstrained requests
-        keep their keys."""
+        llama.cpp server); ``stop`` ends each answer before the first of these strings, as the
+        OpenAI API does (the answer leaves the string out). They join the cassette key only when
+        given, so unconstrained requests keep their keys."""
         check_messages(messages)
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -131,6 +133,10 @@ class LLM:
             params["grammar"] = grammar
         if json_schema is not None:
             params["json_schema"] = json_schema
+        if stop is not None:
+            if not stop or not all(isinstance(x, str) and x for x in stop):
+                raise ValueError(f"stop must be a list of non-empty strings, got {stop!r}")
+            params["stop"] = list(stop)
         key = request_key(self.backend.name, self.backend.model, messages, params)
         occurrence = self._occurrences.get(key, 0)
         self._occurrences[key] = occurrence + 1

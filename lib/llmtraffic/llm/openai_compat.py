@@ -99,7 +99,7 @@ class OpenAIBackend:
 
     def generate(
         self, messages: list[dict], n: int, temperature: float, max_tokens: int, seed: int | None,
-        grammar: str | None = None, json_schema: dict | None = None,
+        grammar: str | None = None, json_schema: dict | None = None, stop: list[str] | None = None,
     ) -> Completion:
         # Some servers (Ollama, llama.cpp) ignore `n` and send one choice: ask again for the rest.
         texts: list[str] = []
@@ -118,6 +118,8 @@ class OpenAIBackend:
                 body["grammar"] = grammar
             if json_schema is not None:  # llama-cpp-python's form of a schema-constrained answer
                 body["response_format"] = {"type": "json_object", "schema": json_schema}
+            if stop is not None:
+                body["stop"] = stop
             answer = self._post(body)
             texts += parse_choices(answer, self.url)
             used = parse_usage(answer, self.url)

@@ -10,9 +10,10 @@
   asking for code.
 
 * ``fenced`` — the answer ends with its code block: the text before the block and the code inside it
-  are the model's, unconstrained; a GBNF grammar only ends the answer at the block's closing fence,
-  so the prose that models add after the code (the prompts ask for the reasoning as comments in the
-  code) costs no decoding time.
+  are the model's, unconstrained; a stop sequence (:data:`FENCE_END`) ends the answer at the block's
+  closing fence, so the prose that models add after the code (the prompts ask for the reasoning as
+  comments in the code) costs no decoding time. The code is the one ``free`` would take, unless the
+  model writes a second block after the first (``free`` takes the last).
 
 ``free`` is the paper's protocol: unconstrained text, the code taken from its fenced block.
 """
@@ -31,10 +32,10 @@ line ::= "    " [^\n`]+ "\n"
 '''
 """GBNF of the ``grammar`` variant: one fenced reward function, body lines indented."""
 
-FENCED = r'''root ::= text "```python\n" text "```"
-text ::= ([^`] | "`" [^`] | "``" [^`])*
-'''
-"""GBNF of the ``fenced`` variant: any text without a triple backtick, one ```python block, nothing after it."""
+FENCE_END = "\n```\n"
+"""Stop sequence of the ``fenced`` variant: a fence on a line of its own. An opening fence names its
+language (```python), so only a closing fence (or a bare opening one) matches; the extractor reads a
+block left open as running to the end of the answer."""
 
 
 def schema(multi_line: bool, state_dim: int) -> dict:

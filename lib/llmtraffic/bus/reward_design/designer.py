@@ -84,8 +84,8 @@ class LLMDesigner:
             text = self._ask(messages, role, json_schema=dec.schema(s.multi_line, s.state_dim))
             code = dec.compile_terms(text, s.state_dim, label=self.name)
         else:
-            grammar = {"grammar": dec.GRAMMAR, "fenced": dec.FENCED}.get(self.decoding)
-            text = self._ask(messages, role, **({"grammar": grammar} if grammar else {}))
+            constraint = {"grammar": {"grammar": dec.GRAMMAR}, "fenced": {"stop": [dec.FENCE_END]}}
+            text = self._ask(messages, role, **constraint.get(self.decoding, {}))
             code = extract_code(text)
         return Reply(code, prompt=messages[-1]["content"], response=text)
 

@@ -330,11 +330,12 @@ def variant_grid(variants_: list[str], agent_seeds: list[int], llm: dict | None,
                  executor: str = "serial", jobs: int = 1, llm_iterations: int | dict[str, int] | None = None,
                  llm_seeds: list[int] | dict[str, list[int]] | None = None,
                  **extra) -> tuple[list[DesignRun], list[ReferenceRun]]:
-    """Every variant × agent seed with the search designer (through ``executor``), then with the LLM
-    (serially: one client, one cassette; rows that say why without ``llm``), and the references.
-    ``llm_iterations`` (default ``common["iterations"]``; or per variant, :func:`llm_iterations_of`)
-    and ``llm_seeds`` (default ``agent_seeds``; or per variant, :func:`llm_seeds_of`): the LLM loops'
-    iterations and design runs' seeds, fewer where each request costs minutes of CPU."""
+    """Every variant × agent seed with the search designer, then with the LLM (rows that say why
+    without ``llm``), and the references, each grid through ``executor``. ``llm_iterations``
+    (default ``common["iterations"]``; or per variant, :func:`llm_iterations_of`) and ``llm_seeds``
+    (default ``agent_seeds``; or per variant, :func:`llm_seeds_of`): the LLM loops' iterations and
+    design runs' seeds, fewer where each request costs minutes of CPU. LLM loops in parallel
+    workers each ask their own server and share one cassette (a request being recorded is claimed)."""
     seeds = llm_seeds_of(variants_, agent_seeds, llm_seeds)
     rounds = llm_iterations_of(variants_, common["iterations"], llm_iterations)
 
@@ -346,11 +347,13 @@ def variant_grid(variants_: list[str], agent_seeds: list[int], llm: dict | None,
                 for v in variants_ for s in seeds[v]]
 
     found = study.run_grid(design_run, tasks(SEARCH), executor=executor, jobs=jobs, desc="search-designer loops")
-    # this notebook's own LLM rows first: the rows another notebook shares (SHARED) are then more likely
-    # built already, instead of asked twice at once by notebooks running side by side
+    # this notebook's own LLM rows first, then the rows another notebook shares (SHARED), last seed first: Table 1's
+    # notebook builds them first seed first, so two notebooks side by side build different runs instead of one of
+    # them waiting on the run the other is building
     mine = tasks(LLM_DESIGNER)
-    order = sorted(range(len(mine)), key=lambda i: mine[i]["variant"] in SHARED)
-    ran = study.run_grid(design_run, [mine[i] for i in order], desc="LLM loops")
+    order = ([i for i, t in enumerate(mine) if t["variant"] not in SHARED]
+             + [i for i, t in enumerate(mine) if t["variant"] in SHARED][::-1])
+    ran = study.run_grid(design_run, [mine[i] for i in order], executor=executor, jobs=jobs, desc="LLM loops")
     found += [run for _, run in sorted(zip(order, ran), key=lambda pair: pair[0])]
     refs = study.run_grid(reference_run, [dict(seed=s, **common) for s in agent_seeds], executor=executor, jobs=jobs,
                           desc="references")
