@@ -50,12 +50,13 @@ def problems(name: str, side: dict, strict: bool) -> list[str]:
 
 def recompute(est: dict) -> list[str]:
     """Differences between a stored estimate and the one its stored per-run values give under the
-    rules in force (:func:`claims.rederive`: distinct runs, clusters, the reference's eval-seed
-    variance where its per-seed differences are stored); an estimate written before those rules
-    (no ``distinct`` count) against the plain t-interval of its runs, the rule it was written by."""
+    rule that wrote it: a difference under the rules in force (:func:`claims.rederive`: distinct
+    runs, clusters, the reference's eval-seed variance where its per-seed differences are stored);
+    a level, or an estimate written before those rules (no ``distinct`` count), as the plain
+    t-interval of its runs (:func:`stats.mean_ci`)."""
     if not est["runs"]:
         return [] if est["method"] == stats.WELCH else ["no per-run values"]
-    again = claims.rederive(est) if "distinct" in est else stats.mean_ci(est["runs"]).as_dict()
+    again = claims.rederive(est) if "distinct" in est and not _level(est) else stats.mean_ci(est["runs"]).as_dict()
     found = []
     if again["n"] != est["n"]:
         found.append(f"n = {est['n']} but {again['n']} from the per-run values")
@@ -65,6 +66,14 @@ def recompute(est: dict) -> list[str]:
                 not _missing(stored) and not _missing(new) and math.isclose(stored, new, rel_tol=1e-9, abs_tol=1e-9)):
             found.append(f"{key} {stored} but {new} from the runs")
     return found
+
+
+def _level(est: dict) -> bool:
+    """A table's level cell (:func:`stats.mean_ci`: every run counts, and ``distinct`` only says
+    whether they are one value), not a difference (:func:`stats.difference`: a run that duplicates
+    another counts once, and a p-value, run identities, eval-seed spread or clusters are stored)."""
+    return est.get("p") is None and not (est.get("groups") or est.get("seed_runs") or est.get("within")
+                                         or est.get("clusters") is not None)
 
 
 def _missing(value) -> bool:
@@ -81,6 +90,12 @@ def test_the_check_finds_a_tampered_interval_and_a_missing_unit():
                                                                      "'3 agents (× 10 episodes each)'"]
     tampered = {**est, "high": est["high"] - 1}
     assert any("high" in p for p in problems("t", {**side, "stats": {**side["stats"], "estimates": {"A": tampered}}}, True))
+    level = stats.mean_ci([1997.0, 1995.0, 1995.0]).as_dict()  # two eval seeds with equal counts: still 3 runs
+    assert level["n"] == 3 and level["distinct"] == 2 and recompute(level) == []
+    assert recompute({**level, "mean": 1996.0}) == ["mean 1996.0 but 1995.6666666666667 from the runs"]
+    diff = stats.difference([1.0, 1.0, 4.0]).as_dict()  # a duplicated run counts once: mean 2.5 of 2 distinct
+    assert diff["mean"] == 2.5 and recompute(diff) == []
+    assert recompute({**diff, "mean": 2.0}) == ["mean 2.0 but 2.5 from the runs"]
     empty = {**side, "stats": {**side["stats"], "estimates": {}}}
     assert problems("t", empty, strict=True) == ["t: a comparative table without per-run values"]
     assert problems("t", {"caption": "x"}, strict=False) == [] and problems("t", {"caption": "x"}, strict=True)
