@@ -7,7 +7,7 @@ from scipy import stats
 
 from llmtraffic.signal.controls import (MaxQueueController, classic_evaluation, greedy, heuristic_evaluation,
                                        random_reward_oracle)
-from llmtraffic.signal.llm_tables import ci_table, comparison, difference_cell, incomparable, paired
+from llmtraffic.signal.llm_tables import ci_table, comparison, difference_cell, incomparable, judged, paired, shaping_claim
 from llmtraffic.signal.state import IntersectionState, LaneCounts, Movement, Phase
 from llmtraffic.signal.llm_jobs import pool
 
@@ -50,6 +50,33 @@ def test_table_cells_never_show_jammed_improvements_and_all_invalid_is_na():
     assert table.loc["shaped", "Same run as"] == "Fig. 9, H_R = 0"
     assert table.attrs["estimates"]["shaped / Δ queue vs R_env"].runs == pytest.approx((-150 / 13, -250 / 13))
     assert "broken / Queue" not in table.attrs["estimates"]
+
+
+def test_a_claim_on_rows_that_ran_but_jammed_or_never_answered_is_no_result_not_not_run(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from llmtraffic import study
+    from llmtraffic.study import claims
+
+    monkeypatch.setenv("LLMTRAFFIC_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("LLMTRAFFIC_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("LLMTRAFFIC_NOTEBOOK", str(Path(__file__).parents[1] / "study" / "fixtures" / "notebooks" / "fx_plot.ipynb"))
+    monkeypatch.setenv("LLMTRAFFIC_PROFILE", "smoke")
+    claims._recorded.clear()
+    study.begin("fx_plot", {"n": 7, "scale": 0.5, "label": "x", "seeds": [4, 5], "extra": None})
+    plain = pool([_runs([10, 12]), _runs([14, 16])], agent_seeds=[0, 1])
+    shaped = pool([_runs([9, 10]), _runs([12, 13])], agent_seeds=[0, 1])
+    stuck = pool([_runs([9, 10], jam=(1,)), _runs([12, 13], jam=(0, 1))], agent_seeds=[0, 1])
+    silent = pool([_runs([9, 10], invalid=1.0), _runs([12, 13], invalid=1.0)], agent_seeds=[0, 1])
+    assert judged(shaped, plain)["ours"].runs == pytest.approx((-150 / 13, -250 / 13))
+    assert judged(stuck, plain) == {"finding": "deadlocked runs are not compared (ours 3 of 4 runs, the reference 0 of 4 runs)"}
+    assert judged(plain, silent) == {"finding": "every answer named no phase (the reference): nothing to compare"}
+    assert judged(shaped, {"unavailable": "needs a GPU"}) == {"needs": "needs a GPU"}
+    verdicts = {name: claims.claim(name, "tsc", "§4.2", "s", "queue (%)", "t", direction=-1, **judged(ev, plain)).verdict
+                for name, ev in {"jam": stuck, "silent": silent, "gpu": {"unavailable": "needs a GPU"}}.items()}
+    assert verdicts == {"jam": claims.NO_RESULT, "silent": claims.NO_RESULT, "gpu": claims.NOT_RUN}
+    c = shaping_claim("shaped", "§4.3.1", "s", stuck, plain, {"random": plain}, link="t")
+    assert c.verdict == claims.NO_RESULT and c.finding.startswith("deadlocked runs")
 
 
 def _learned(per_agent):

@@ -152,14 +152,22 @@ def comparison(evaluation: dict, reference: dict, key: str = "queue") -> Estimat
     return paired(evaluation, reference, key)
 
 
-def why_not(evaluation: dict, reference: dict) -> str:
-    """What a claim that :func:`comparison` could not judge needs."""
+def judged(evaluation: dict, reference: dict, key: str = "queue") -> dict:
+    """A claim's keywords for ``evaluation`` against ``reference``: ``ours``, the paired difference
+    (:func:`comparison`), or why there is none. ``needs`` when a row did not run ("not run");
+    ``finding`` when both ran and left nothing to compare ("no result"): every answer named no
+    phase, or runs deadlocked (a jammed network's queue is capped, so no difference is read)."""
     for e in (evaluation, reference):
         if "unavailable" in e:
-            return e["unavailable"]
-    if any(all_invalid(e) for e in (evaluation, reference)):
-        return "a policy that names a phase (100 % invalid answers)"
-    return "runs without a deadlock (jammed runs are not compared)"
+            return {"needs": e["unavailable"]}
+    sides = (("ours", evaluation), ("the reference", reference))
+    silent = [name for name, e in sides if all_invalid(e)]
+    if silent:
+        return {"finding": f"every answer named no phase ({' and '.join(silent)}): nothing to compare"}
+    if any(jammed(e) for _, e in sides):
+        counts = ", ".join(f"{name} {jammed(e)} of {len(e['runs'])} runs" for name, e in sides)
+        return {"finding": f"deadlocked runs are not compared ({counts})"}
+    return {"ours": paired(evaluation, reference, key)}
 
 
 def shaping_claim(id: str, where: str, statement: str, shaped: dict, plain: dict, controls: dict[str, dict],
@@ -168,14 +176,13 @@ def shaping_claim(id: str, where: str, statement: str, shaped: dict, plain: dict
     paired difference shaped − plain of ``key`` in %), with a note on each control it does or
     does not beat; ``extra`` goes to the claim (``headline=True``). Returns the recorded
     :class:`~llmtraffic.study.claims.Claim`."""
-    ours = comparison(shaped, plain, key)
     notes = []
     for name, control in controls.items():
         d = comparison(shaped, control, key)
         notes.append(f"vs {name}: " + ("not judged" if d is None else f"{d.format(1)} ({verdict(d, LOWER_IS_BETTER[key])})"))
     return claim(id, "tsc", where, statement, quantity=f"{METRICS[key].lower()}, shaped − plain reward (%)", link=link,
-          ours=ours, paper_value=paper_value, direction=-1 if LOWER_IS_BETTER[key] else 1,
-          needs="" if ours is not None else why_not(shaped, plain), note="; ".join(notes), **extra)
+          paper_value=paper_value, direction=-1 if LOWER_IS_BETTER[key] else 1, note="; ".join(notes),
+          **judged(shaped, plain, key), **extra)
 
 
 # ----------------------------------------------------------------------------- means without intervals, labels, Q3
