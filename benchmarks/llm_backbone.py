@@ -39,6 +39,11 @@ import torch
 from llmtraffic.signal.backbones import episode_states, load_backbone
 from llmtraffic.signal.prompt import parse_phase
 
+# `make bench` times the constrained answers (part 3) beside today's sampler, on Hangzhou's quick prompt.
+BENCH_ARGS = ["--scenario", "hangzhou1x1", "--decisions", "4", "--generate-decisions", "1", "--threads", "1",
+              "--constrained"]
+BENCH_TIMEOUT_S = 1500
+
 QUICK = dict(prompt="brief", prompt_history=0, stop_text="</signal>", max_new_tokens=10)
 """The quick profile's real-backbone settings (params/tsc_main/quick.yaml, ``real.ppo``)."""
 TARGET_S, TARGET_RATIO = 1.5, 10.0

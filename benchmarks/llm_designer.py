@@ -16,7 +16,7 @@ tokens over the rest. Code answers are checked with ``validate_reward_code``. Ru
 
     .venv/bin/python benchmarks/llm_designer.py --roles --model qwen2.5-coder-1.5b --samples 2
 
-Without ``--roles`` (the default, what ``make bench`` runs): server start-up time, seconds and
+Without ``--roles`` (the default; ``make bench`` runs ``--roles``, see ``BENCH_ARGS``): server start-up time, seconds and
 tokens per request, and the valid-code share of the initializer's answers per model and decoding
 (``free``, the paper's; ``grammar`` and ``structured``, the variants beyond it,
 ``bus.reward_design.decoding``). Requests go through a cassette under
@@ -48,6 +48,11 @@ from llmtraffic.rl.dqn import DQNConfig
 ROLES = ("initializer", "analyzer", "modifier", "refiner")
 CAPS = {"initializer": 600, "analyzer": 200, "modifier": 600, "refiner": 600, "repair": 600}
 """The ``new`` answer caps per role (the quick profile's ``llm_max_tokens``)."""
+# `make bench` times one request per role before the levers (`today`), with them (`new`) and as `quick`
+# runs the code roles (`fenced`); the trials train at the smoke budget first.
+BENCH_ARGS = ["--roles", "--configs", "today", "new", "fenced", "--samples", "1"]
+BENCH_TIMEOUT_S = 2400
+
 CONFIGS = {
     "today": (dict(threads=1), 700),
     "new": (dict(threads=1, prompt_logits=False, prefix_cache_mb=512), CAPS),
