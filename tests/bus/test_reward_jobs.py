@@ -136,6 +136,8 @@ def test_llm_run_reports_its_token_cost(monkeypatch):
     by_role = tables.valid_share_by_role(measured)
     assert by_role.loc[("paradigm", "modifier"), "code answers"] == 2 and ("paradigm", "initializer") not in by_role.index
     assert by_role["requests"].sum() == run.usage["calls"]
+    measured.loc[("paradigm", "modifier"), "LLM time (s)"] = [0.1, 0.2]  # 0.1 + 0.2 is 0.30000000000000004 in floats
+    assert tables.valid_share_by_role(measured).loc[("paradigm", "modifier"), "LLM time (s)"] == 0.3
 
 
 def test_loop_notebooks_share_the_bus_budget_and_caption_it():

@@ -130,7 +130,6 @@ def ci_table(rows: dict[str, dict], reference: str | None = None, key: str = "qu
     return table
 
 
-
 def unpairable(evaluation: dict, reference: dict) -> str | None:
     """Why two untrained rows cannot be compared run by run (other episode lengths, other eval
     seeds), or None. A trained row pairs with an untrained one on its own seeds."""
@@ -144,17 +143,14 @@ def unpairable(evaluation: dict, reference: dict) -> str | None:
 
 
 def comparison(evaluation: dict, reference: dict, key: str = "queue") -> Estimate | None:
-    """The paired relative difference behind a claim, or None where it must not be judged
+    """The paired relative difference behind a claim, or None where :func:`judged` finds none
     (unavailable, jammed or all-invalid rows)."""
-    for e in (evaluation, reference):
-        if "unavailable" in e or all_invalid(e) or jammed(e):
-            return None
-    return paired(evaluation, reference, key)
+    return judged(evaluation, reference, key).get("ours")
 
 
 def judged(evaluation: dict, reference: dict, key: str = "queue") -> dict:
     """A claim's keywords for ``evaluation`` against ``reference``: ``ours``, the paired difference
-    (:func:`comparison`), or why there is none. ``needs`` when a row did not run ("not run");
+    (:func:`paired`), or why there is none. ``needs`` when a row did not run ("not run");
     ``finding`` when both ran and left nothing to compare ("no result"): every answer named no
     phase, or runs deadlocked (a jammed network's queue is capped, so no difference is read)."""
     for e in (evaluation, reference):
@@ -185,9 +181,7 @@ def shaping_claim(id: str, where: str, statement: str, shaped: dict, plain: dict
           **judged(shaped, plain, key), **extra)
 
 
-# ----------------------------------------------------------------------------- means without intervals, labels, Q3
-
-
+# ----------------------------------------------------------------------------- labels and the paper's cells
 
 PAPER_ABLATION_SCENARIO = "hangzhou1x1"
 """The paper runs its ablations (Tables 2, 4–7, 11–12, Figs. 8–9) on CityFlow 1x1: hangzhou1x1 here."""

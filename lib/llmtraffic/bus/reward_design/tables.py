@@ -354,7 +354,7 @@ def loop_measurements(runs: dict[str, list[DesignRun]]) -> pd.DataFrame:
     out = calls.groupby(keys, sort=False).sum().join(steps.groupby(keys, sort=False).sum(), how="outer")
     out = out.fillna(0).astype(int if out.empty else {c: int for c in out.columns if c != "llm_s"})
     out["valid-code share"] = share(out)
-    return out.rename(columns={"llm_s": "LLM time (s)"}).round({"LLM time (s)": 1})
+    return out.round({"LLM time (s)": 1}).rename(columns={"llm_s": "LLM time (s)"}).round({"LLM time (s)": 1})
 
 
 def share(frame: pd.DataFrame) -> pd.Series:
@@ -366,7 +366,7 @@ def valid_share_by_role(measurements: pd.DataFrame) -> pd.DataFrame:
     """:func:`loop_measurements` summed over iterations: per row and role."""
     out = measurements.drop(columns=["valid-code share"]).groupby(level=["experiment", "role"], sort=False).sum()
     out["valid-code share"] = share(out)
-    return out
+    return out.round({"LLM time (s)": 1})
 
 
 def save_loop_measurements(runs: dict[str, list[DesignRun]], study_label: str) -> pd.DataFrame:
